@@ -1,0 +1,107 @@
+// Out-of-line parts of the suite interface: the registry, child-result parsing, formatting and
+// the malloc peers found at configure time.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <unistd.h>
+
+#include "measure.hpp"
+#include "peers.hpp"
+#include "suite.hpp"
+
+namespace memkit::bench {
+
+const char* profile_name(profile p) noexcept {
+  switch (p) {
+    case profile::smoke: return "smoke";
+    case profile::quick: return "quick";
+    case profile::full: return "full";
+  }
+  return "?";
+}
+
+namespace {
+std::vector<suite>& registry() {
+  static std::vector<suite> suites;
+  return suites;
+}
+}  // namespace
+
+int register_suite(suite s) {
+  auto& suites = registry();
+  auto at = std::lower_bound(suites.begin(), suites.end(), s.name,
+                             [](const suite& a, const std::string& name) { return a.name < name; });
+  suites.insert(at, std::move(s));
+  return static_cast<int>(suites.size());
+}
+
+const std::vector<suite>& registered_suites() { return registry(); }
+
+std::map<std::string, std::string> child_result::values() const {
+  std::map<std::string, std::string> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos || eq == 0 || line.find(' ') < eq) continue;
+    out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+double child_result::number(const std::string& key, double fallback) const {
+  auto all = values();
+  auto it = all.find(key);
+  if (it == all.end()) return fallback;
+  char* end = nullptr;
+  double v = std::strtod(it->second.c_str(), &end);
+  return end == it->second.c_str() ? fallback : v;
+}
+
+std::string format_bytes(double bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (std::fabs(bytes) >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", bytes, units[unit]);
+  return text;
+}
+
+std::string format_nanoseconds(double ns) {
+  char text[32];
+  if (ns < 1e3) std::snprintf(text, sizeof text, "%.1f ns", ns);
+  else if (ns < 1e6) std::snprintf(text, sizeof text, "%.2f us", ns / 1e3);
+  else if (ns < 1e9) std::snprintf(text, sizeof text, "%.2f ms", ns / 1e6);
+  else std::snprintf(text, sizeof text, "%.2f s", ns / 1e9);
+  return text;
+}
+
+std::string format_number(double value) {
+  char text[32];
+  if (value != 0 && (std::fabs(value) >= 1e7 || std::fabs(value) < 1e-3))
+    std::snprintf(text, sizeof text, "%.3g", value);
+  else if (value == std::floor(value) && std::fabs(value) < 1e7)
+    std::snprintf(text, sizeof text, "%.0f", value);
+  else
+    std::snprintf(text, sizeof text, "%.4g", value);
+  return text;
+}
+
+std::vector<malloc_peer> malloc_peers() {
+  auto peer = [](const char* name, const char* path) {
+    malloc_peer p{name, path, path[0] != '\0' && ::access(path, R_OK) == 0};
+    return p;
+  };
+  return {
+      malloc_peer{"glibc", "", true},
+      peer("jemalloc", MEMKIT_BENCH_JEMALLOC),
+      peer("mimalloc", MEMKIT_BENCH_MIMALLOC),
+      peer("tcmalloc", MEMKIT_BENCH_TCMALLOC),
+  };
+}
+
+}  // namespace memkit::bench

@@ -1,0 +1,89 @@
+#include "memkit/allocator.hpp"
+
+#include <cstdlib>
+
+#include "memkit/os.hpp"
+
+namespace memkit {
+namespace {
+
+malloc_allocator malloc_instance;
+std::atomic<allocator*> default_instance{&malloc_instance};
+
+bool malloc_aligns(std::size_t alignment) noexcept { return alignment <= default_alignment; }
+
+}  // namespace
+
+malloc_allocator& malloc_allocator::instance() noexcept { return malloc_instance; }
+
+void* malloc_allocator::do_allocate(std::size_t size, std::size_t alignment) noexcept {
+  if (malloc_aligns(alignment)) return std::malloc(size);
+  void* p = nullptr;
+  if (alignment < sizeof(void*)) alignment = sizeof(void*);
+  return ::posix_memalign(&p, alignment, size) == 0 ? p : nullptr;
+}
+
+void malloc_allocator::do_deallocate(void* p, std::size_t, std::size_t) noexcept { std::free(p); }
+
+bool malloc_allocator::do_resize(void* p, std::size_t old_size, std::size_t new_size,
+                                 std::size_t) noexcept {
+  // Growing or shrinking within the block malloc really handed out moves nothing.
+  return new_size <= old_size || new_size <= os::malloc_usable_size(p);
+}
+
+void* malloc_allocator::do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes,
+                                      std::size_t new_size, std::size_t alignment) noexcept {
+  if (malloc_aligns(alignment)) return std::realloc(p, new_size);
+  return allocator::do_reallocate(p, old_size, used_bytes, new_size, alignment);
+}
+
+allocation malloc_allocator::do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept {
+  void* p = do_allocate(size, alignment);
+  if (p == nullptr) return {};
+  std::size_t usable = os::malloc_usable_size(p);
+  return {p, usable > size ? usable : size};
+}
+
+bool malloc_allocator::do_is_equal(const allocator& other) const noexcept {
+  return dynamic_cast<const malloc_allocator*>(&other) != nullptr;
+}
+
+allocator& default_allocator() noexcept { return *default_instance.load(std::memory_order_acquire); }
+
+allocator& set_default_allocator(allocator& replacement) noexcept {
+  return *default_instance.exchange(&replacement, std::memory_order_acq_rel);
+}
+
+void* allocator_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
+  void* p = allocator_->allocate(bytes, alignment);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void allocator_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
+  allocator_->deallocate(p, bytes, alignment);
+}
+
+bool allocator_resource::do_is_equal(const std::pmr::memory_resource& other) const noexcept {
+  const auto* same = dynamic_cast<const allocator_resource*>(&other);
+  return same != nullptr && allocator_->is_equal(*same->allocator_);
+}
+
+void* resource_allocator::do_allocate(std::size_t size, std::size_t alignment) noexcept {
+  try {
+    return resource_->allocate(size, alignment);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void resource_allocator::do_deallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
+  resource_->deallocate(p, size, alignment);
+}
+
+bool resource_allocator::do_is_equal(const allocator& other) const noexcept {
+  const auto* same = dynamic_cast<const resource_allocator*>(&other);
+  return same != nullptr && resource_->is_equal(*same->resource_);
+}
+
+}  // namespace memkit

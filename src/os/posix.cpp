@@ -1,0 +1,281 @@
+// The os layer on POSIX systems (Linux tested; macOS and the BSDs handled where they differ).
+#include "memkit/os.hpp"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <malloc.h>
+
+#include "fault_injection.hpp"
+
+#if defined(__APPLE__)
+#include <mach/mach.h>
+#endif
+
+#ifndef MAP_NORESERVE
+#define MAP_NORESERVE 0
+#endif
+#ifndef MAP_ANONYMOUS
+#define MAP_ANONYMOUS MAP_ANON
+#endif
+#if defined(__linux__) && !defined(MADV_POPULATE_WRITE)
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the constant
+#endif
+
+namespace memkit::os {
+namespace {
+
+using testing::operation;
+
+std::size_t query_page_size() noexcept {
+  long size = sysconf(_SC_PAGESIZE);
+  return size > 0 ? static_cast<std::size_t>(size) : 4096;
+}
+
+bool page_aligned(const void* address, std::size_t bytes) noexcept {
+  const std::size_t mask = page_size() - 1;
+  return (reinterpret_cast<std::uintptr_t>(address) & mask) == 0 && (bytes & mask) == 0;
+}
+
+result<void*> map_anonymous(std::size_t bytes, int protection, int extra_flags) noexcept {
+  void* p = ::mmap(nullptr, bytes, protection, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
+  if (p == MAP_FAILED) return result<void*>::failure(errno);
+  return p;
+}
+
+}  // namespace
+
+std::size_t page_size() noexcept {
+  static const std::size_t size = query_page_size();
+  return size;
+}
+
+std::size_t reservation_granularity() noexcept { return page_size(); }
+
+std::size_t huge_page_size() noexcept {
+#if defined(__linux__)
+  static const std::size_t size = [] {
+    std::size_t bytes = 0;
+    if (std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "r")) {
+      unsigned long long value = 0;
+      if (std::fscanf(f, "%llu", &value) == 1) bytes = static_cast<std::size_t>(value);
+      std::fclose(f);
+    }
+    return bytes;
+  }();
+  return size;
+#else
+  return 0;
+#endif
+}
+
+result<void*> reserve(std::size_t bytes) noexcept {
+  if (bytes == 0 || !page_aligned(nullptr, bytes)) return result<void*>::failure(EINVAL);
+  if (int error = detail::injected_failure(operation::reserve)) return result<void*>::failure(error);
+  return map_anonymous(bytes, PROT_NONE, MAP_NORESERVE);
+}
+
+result<void*> reserve_aligned(std::size_t bytes, std::size_t alignment) noexcept {
+  if (alignment <= reservation_granularity()) return reserve(bytes);
+  if ((alignment & (alignment - 1)) != 0 || bytes == 0 || !page_aligned(nullptr, bytes) ||
+      bytes + alignment < bytes) {
+    return result<void*>::failure(EINVAL);
+  }
+  if (int error = detail::injected_failure(operation::reserve)) return result<void*>::failure(error);
+  const std::size_t padded = bytes + alignment;
+  auto raw = map_anonymous(padded, PROT_NONE, MAP_NORESERVE);
+  if (!raw) return raw;
+  auto start = reinterpret_cast<std::uintptr_t>(raw.value());
+  auto aligned = (start + alignment - 1) & ~(std::uintptr_t{alignment} - 1);
+  std::size_t head = aligned - start;
+  std::size_t tail = padded - head - bytes;
+  // Trimming cannot fail for a range we just mapped short of a kernel bug; report it if it does.
+  if (head != 0 && ::munmap(raw.value(), head) != 0) {
+    int error = errno;
+    ::munmap(raw.value(), padded);
+    return result<void*>::failure(error);
+  }
+  if (tail != 0 && ::munmap(reinterpret_cast<void*>(aligned + bytes), tail) != 0) {
+    int error = errno;
+    ::munmap(reinterpret_cast<void*>(aligned), bytes + tail);
+    return result<void*>::failure(error);
+  }
+  return reinterpret_cast<void*>(aligned);
+}
+
+status commit(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(EINVAL);
+  if (bytes == 0) return {};
+  if (int error = detail::injected_failure(operation::commit)) return status::failure(error);
+  if (::mprotect(address, bytes, PROT_READ | PROT_WRITE) != 0) return status::failure(errno);
+  return {};
+}
+
+status decommit(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(EINVAL);
+  if (bytes == 0) return {};
+  if (int error = detail::injected_failure(operation::decommit)) return status::failure(error);
+  // A fresh PROT_NONE mapping over the range drops the pages and the commit charge at once;
+  // madvise(MADV_DONTNEED) alone would keep the charge.
+  void* p = ::mmap(address, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                   -1, 0);
+  if (p == MAP_FAILED) return status::failure(errno);
+  return {};
+}
+
+status discard(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(EINVAL);
+  if (bytes == 0) return {};
+#if defined(__linux__)
+  const int advice = MADV_DONTNEED;
+#elif defined(MADV_FREE)
+  const int advice = MADV_FREE;
+#else
+  const int advice = MADV_DONTNEED;
+#endif
+  if (::madvise(address, bytes, advice) != 0) return status::failure(errno);
+  return {};
+}
+
+status release(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(EINVAL);
+  if (bytes == 0) return {};
+  if (::munmap(address, bytes) != 0) return status::failure(errno);
+  return {};
+}
+
+result<void*> map(std::size_t bytes) noexcept {
+  if (bytes == 0 || !page_aligned(nullptr, bytes)) return result<void*>::failure(EINVAL);
+  if (int error = detail::injected_failure(operation::map)) return result<void*>::failure(error);
+  return map_anonymous(bytes, PROT_READ | PROT_WRITE, 0);
+}
+
+status extend_mapping(void* address, std::size_t old_bytes, std::size_t new_bytes) noexcept {
+  if (!page_aligned(address, old_bytes) || !page_aligned(nullptr, new_bytes) || old_bytes == 0 ||
+      new_bytes == 0) {
+    return status::failure(EINVAL);
+  }
+  if (new_bytes == old_bytes) return {};
+  if (new_bytes < old_bytes) {
+    return release(static_cast<char*>(address) + new_bytes, old_bytes - new_bytes);
+  }
+#if defined(__linux__)
+  if (int error = detail::injected_failure(operation::map)) return status::failure(error);
+  void* p = ::mremap(address, old_bytes, new_bytes, 0);
+  if (p == MAP_FAILED) return status::failure(errno);
+  return {};
+#else
+  return status::failure(ENOTSUP);
+#endif
+}
+
+result<void*> remap(void* address, std::size_t old_bytes, std::size_t new_bytes) noexcept {
+  if (!page_aligned(address, old_bytes) || !page_aligned(nullptr, new_bytes) || old_bytes == 0 ||
+      new_bytes == 0) {
+    return result<void*>::failure(EINVAL);
+  }
+#if defined(__linux__)
+  if (int error = detail::injected_failure(operation::map)) return result<void*>::failure(error);
+  void* p = ::mremap(address, old_bytes, new_bytes, MREMAP_MAYMOVE);
+  if (p == MAP_FAILED) return result<void*>::failure(errno);
+  return p;
+#else
+  auto fresh = map(new_bytes);
+  if (!fresh) return fresh;
+  std::memcpy(fresh.value(), address, old_bytes < new_bytes ? old_bytes : new_bytes);
+  if (auto s = release(address, old_bytes); !s) {
+    release(fresh.value(), new_bytes);
+    return result<void*>::failure(s.error());
+  }
+  return fresh;
+#endif
+}
+
+status advise_huge_pages(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(EINVAL);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes == 0) return {};
+  if (::madvise(address, bytes, MADV_HUGEPAGE) != 0) return status::failure(errno);
+  return {};
+#else
+  return status::failure(ENOTSUP);
+#endif
+}
+
+status prefault(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(EINVAL);
+  if (bytes == 0) return {};
+  if (int error = detail::injected_failure(operation::prefault)) return status::failure(error);
+#if defined(__linux__)
+  if (::madvise(address, bytes, MADV_POPULATE_WRITE) == 0) return {};
+  if (errno != EINVAL) return status::failure(errno);  // ENOMEM, EFAULT, EHWPOISON: report them
+  // EINVAL: a kernel older than 5.14; fall back to touching each page.
+#endif
+  auto* p = static_cast<volatile char*>(address);
+  for (std::size_t offset = 0; offset < bytes; offset += page_size()) p[offset] = p[offset];
+  return {};
+}
+
+result<std::size_t> current_resident_bytes() noexcept {
+#if defined(__linux__)
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return result<std::size_t>::failure(errno);
+  unsigned long long total_pages = 0, resident_pages = 0;
+  int fields = std::fscanf(f, "%llu %llu", &total_pages, &resident_pages);
+  std::fclose(f);
+  if (fields != 2) return result<std::size_t>::failure(EIO);
+  return static_cast<std::size_t>(resident_pages) * page_size();
+#elif defined(__APPLE__)
+  mach_task_basic_info info{};
+  mach_msg_type_number_t count = MACH_TASK_BASIC_INFO_COUNT;
+  if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO, reinterpret_cast<task_info_t>(&info),
+                &count) != KERN_SUCCESS) {
+    return result<std::size_t>::failure(EIO);
+  }
+  return static_cast<std::size_t>(info.resident_size);
+#else
+  return result<std::size_t>::failure(ENOTSUP);
+#endif
+}
+
+result<std::size_t> peak_resident_bytes() noexcept {
+  rusage usage{};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return result<std::size_t>::failure(errno);
+#if defined(__APPLE__)
+  return static_cast<std::size_t>(usage.ru_maxrss);  // bytes on macOS
+#else
+  return static_cast<std::size_t>(usage.ru_maxrss) * 1024;  // KiB on Linux and the BSDs
+#endif
+}
+
+result<cpu_times> process_cpu_times() noexcept {
+  rusage usage{};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return result<cpu_times>::failure(errno);
+  auto ns = [](const timeval& tv) {
+    return static_cast<std::uint64_t>(tv.tv_sec) * 1'000'000'000u +
+           static_cast<std::uint64_t>(tv.tv_usec) * 1'000u;
+  };
+  return cpu_times{ns(usage.ru_utime), ns(usage.ru_stime)};
+}
+
+std::size_t malloc_usable_size(void* block) noexcept {
+#if defined(__GLIBC__)
+  return block == nullptr ? 0 : ::malloc_usable_size(block);
+#else
+  (void)block;
+  return 0;
+#endif
+}
+
+const char* error_message(int error) noexcept {
+  if (error == -1) return "injected or unknown failure";
+  const char* text = std::strerror(error);
+  return text != nullptr ? text : "unknown error";
+}
+
+}  // namespace memkit::os

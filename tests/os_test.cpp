@@ -1,0 +1,196 @@
+#include "memkit/os.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+namespace os = memkit::os;
+
+namespace {
+
+class os_test : public ::testing::Test {
+ protected:
+  void TearDown() override { os::testing::clear_injected_failures(); }
+};
+
+TEST_F(os_test, page_size_is_a_power_of_two_from_the_system) {
+  const std::size_t page = os::page_size();
+  EXPECT_EQ(page, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  EXPECT_EQ(page & (page - 1), 0u);
+  EXPECT_EQ(os::reservation_granularity() % page, 0u);
+}
+
+TEST_F(os_test, reserve_commit_write_decommit_release) {
+  const std::size_t page = os::page_size();
+  auto reserved = os::reserve(64 * page);
+  ASSERT_TRUE(reserved.ok()) << os::error_message(reserved.error());
+  auto* base = static_cast<unsigned char*>(reserved.value());
+  ASSERT_TRUE(os::commit(base, 4 * page).ok());
+  std::memset(base, 0xAB, 4 * page);
+  EXPECT_EQ(base[4 * page - 1], 0xAB);
+  ASSERT_TRUE(os::decommit(base, 4 * page).ok());
+  // Committing again yields fresh zero pages: the old contents were given back.
+  ASSERT_TRUE(os::commit(base, 4 * page).ok());
+  EXPECT_EQ(base[0], 0);
+  EXPECT_EQ(base[4 * page - 1], 0);
+  EXPECT_TRUE(os::release(base, 64 * page).ok());
+}
+
+TEST_F(os_test, decommitted_memory_gives_back_resident_pages) {
+  const std::size_t bytes = 64u << 20;
+  auto reserved = os::reserve(bytes);
+  ASSERT_TRUE(reserved.ok());
+  ASSERT_TRUE(os::commit(reserved.value(), bytes).ok());
+  auto before = os::current_resident_bytes();
+  ASSERT_TRUE(before.ok());
+  std::memset(reserved.value(), 1, bytes);
+  auto touched = os::current_resident_bytes();
+  ASSERT_TRUE(touched.ok());
+  EXPECT_GE(touched.value(), before.value() + bytes / 2);
+  ASSERT_TRUE(os::decommit(reserved.value(), bytes).ok());
+  auto after = os::current_resident_bytes();
+  ASSERT_TRUE(after.ok());
+  EXPECT_LE(after.value(), touched.value() - bytes / 2);
+  auto peak = os::peak_resident_bytes();
+  ASSERT_TRUE(peak.ok());
+  // The kernel batches RSS counter updates per thread, so allow a little slack.
+  EXPECT_GE(peak.value() + (1u << 20), touched.value());
+  EXPECT_TRUE(os::release(reserved.value(), bytes).ok());
+}
+
+TEST_F(os_test, reserved_but_uncommitted_memory_faults) {
+  EXPECT_EXIT(
+      {
+        auto r = os::reserve(os::page_size());
+        static_cast<volatile char*>(r.value())[0] = 1;
+      },
+      ::testing::KilledBySignal(SIGSEGV), "");
+}
+
+TEST_F(os_test, reserve_aligned_honours_alignment) {
+  const std::size_t alignment = 4u << 20;
+  auto r = os::reserve_aligned(alignment, alignment);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r.value()) % alignment, 0u);
+  EXPECT_TRUE(os::release(r.value(), alignment).ok());
+  EXPECT_EQ(os::reserve_aligned(os::page_size(), 3 * os::page_size()).error(), EINVAL);
+}
+
+TEST_F(os_test, bad_arguments_are_einval_not_crashes) {
+  const std::size_t page = os::page_size();
+  EXPECT_EQ(os::reserve(0).error(), EINVAL);
+  EXPECT_EQ(os::reserve(page + 1).error(), EINVAL);
+  EXPECT_EQ(os::map(0).error(), EINVAL);
+  auto r = os::reserve(2 * page);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(os::commit(static_cast<char*>(r.value()) + 1, page).error(), EINVAL);
+  EXPECT_EQ(os::decommit(r.value(), page - 1).error(), EINVAL);
+  EXPECT_TRUE(os::release(r.value(), 2 * page).ok());
+}
+
+TEST_F(os_test, a_huge_reservation_fails_with_enomem) {
+  auto r = os::reserve(std::size_t{1} << 62);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), ENOMEM);
+  EXPECT_STRNE(os::error_message(r.error()), "");
+}
+
+TEST_F(os_test, injected_failures_count_down_then_stop) {
+  const std::size_t page = os::page_size();
+  os::testing::inject_failure(os::testing::operation::commit, 2, EAGAIN);
+  auto r = os::reserve(page);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(os::commit(r.value(), page).error(), EAGAIN);
+  EXPECT_EQ(os::commit(r.value(), page).error(), EAGAIN);
+  EXPECT_TRUE(os::commit(r.value(), page).ok());
+  os::testing::fail_after(os::testing::operation::reserve, 1);
+  auto first = os::reserve(page);
+  EXPECT_TRUE(first.ok());
+  EXPECT_EQ(os::reserve(page).error(), ENOMEM);
+  EXPECT_EQ(os::reserve(page).error(), ENOMEM);
+  os::testing::clear_injected_failures();
+  auto again = os::reserve(page);
+  EXPECT_TRUE(again.ok());
+  EXPECT_TRUE(os::release(r.value(), page).ok());
+  EXPECT_TRUE(os::release(first.value(), page).ok());
+  EXPECT_TRUE(os::release(again.value(), page).ok());
+}
+
+TEST_F(os_test, commit_fails_cleanly_under_an_address_space_limit) {
+  // A child process under a small RLIMIT_AS sees ENOMEM from the system, not a crash.
+  EXPECT_EXIT(
+      {
+        rlimit limit;
+        limit.rlim_cur = limit.rlim_max = 256u << 20;
+        if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+        auto r = os::reserve(std::size_t{1} << 30);
+        _exit(!r.ok() && r.error() == ENOMEM ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(os_test, map_extend_and_remap_keep_contents) {
+  const std::size_t page = os::page_size();
+  auto m = os::map(4 * page);
+  ASSERT_TRUE(m.ok());
+  auto* p = static_cast<unsigned char*>(m.value());
+  p[0] = 7;
+  p[4 * page - 1] = 9;
+  auto moved = os::remap(p, 4 * page, 64 * page);
+  ASSERT_TRUE(moved.ok());
+  p = static_cast<unsigned char*>(moved.value());
+  EXPECT_EQ(p[0], 7);
+  EXPECT_EQ(p[4 * page - 1], 9);
+  p[64 * page - 1] = 1;
+  // Extending into pages that are in use elsewhere must fail without moving.
+  auto blocker = os::map(page);
+  ASSERT_TRUE(blocker.ok());
+  if (blocker.value() == p + 64 * page) {
+    EXPECT_FALSE(os::extend_mapping(p, 64 * page, 65 * page).ok());
+  }
+  EXPECT_TRUE(os::extend_mapping(p, 64 * page, 32 * page).ok());  // shrinking always works
+  EXPECT_TRUE(os::release(p, 32 * page).ok());
+  EXPECT_TRUE(os::release(blocker.value(), page).ok());
+}
+
+TEST_F(os_test, prefault_populates_and_reports_injected_failure) {
+  const std::size_t bytes = 16u << 20;
+  auto r = os::reserve(bytes);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(os::commit(r.value(), bytes).ok());
+  auto before = os::current_resident_bytes();
+  ASSERT_TRUE(os::prefault(r.value(), bytes).ok());
+  auto after = os::current_resident_bytes();
+  EXPECT_GE(after.value(), before.value() + bytes / 2);
+  os::testing::inject_failure(os::testing::operation::prefault, 1);
+  EXPECT_EQ(os::prefault(r.value(), bytes).error(), ENOMEM);
+  EXPECT_TRUE(os::release(r.value(), bytes).ok());
+}
+
+TEST_F(os_test, huge_page_advice_reports_its_outcome) {
+  const std::size_t huge = os::huge_page_size();
+  if (huge == 0) GTEST_SKIP() << "no transparent huge pages here";
+  auto r = os::reserve_aligned(4 * huge, huge);
+  ASSERT_TRUE(r.ok());
+  auto s = os::advise_huge_pages(r.value(), 4 * huge);
+  EXPECT_TRUE(s.ok() || s.error() == EINVAL) << os::error_message(s.error());
+  EXPECT_TRUE(os::release(r.value(), 4 * huge).ok());
+}
+
+TEST_F(os_test, cpu_times_advance) {
+  auto first = os::process_cpu_times();
+  ASSERT_TRUE(first.ok());
+  volatile double sink = 0;
+  for (int i = 0; i < 20'000'000; ++i) sink = sink + i * 0.5;
+  auto second = os::process_cpu_times();
+  ASSERT_TRUE(second.ok());
+  EXPECT_GT(second.value().user_ns + second.value().system_ns,
+            first.value().user_ns + first.value().system_ns);
+}
+
+}  // namespace
