@@ -1,0 +1,109 @@
+// A checking allocator for tests: every block it hands out is recorded, every deallocate is
+// checked against its allocate (pointer, size, alignment), and it can be told to fail the N-th
+// allocation or to refuse in-place growth. It reports mismatches through GoogleTest failures, and
+// leaks when it is destroyed.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+
+#include "memkit/allocator.hpp"
+
+namespace memkit::testing {
+
+class test_allocator final : public memkit::allocator {
+ public:
+  explicit test_allocator(memkit::allocator& upstream = memkit::malloc_allocator::instance())
+      : upstream_(upstream) {}
+  test_allocator(const test_allocator&) = delete;
+  test_allocator& operator=(const test_allocator&) = delete;
+  ~test_allocator() override {
+    EXPECT_TRUE(blocks_.empty()) << blocks_.size() << " block(s) leaked";
+  }
+
+  // Makes the n-th allocation from now fail (n >= 1); 0 clears. Reallocations that need a new
+  // block count as allocations.
+  void fail_on(long n) { fail_countdown_ = n; }
+  // Makes every allocation from now fail (true) or succeed (false).
+  void fail_all(bool on) { fail_all_ = on; }
+  // Lets resize() succeed (true, the default: through the upstream) or always refuse (false).
+  void allow_resize(bool on) { allow_resize_ = on; }
+
+  std::size_t live_blocks() const { return blocks_.size(); }
+  std::size_t live_bytes() const {
+    std::size_t total = 0;
+    for (auto& [p, b] : blocks_) total += b.size;
+    return total;
+  }
+  long allocations() const { return allocations_; }
+  long deallocations() const { return deallocations_; }
+  long failed_allocations() const { return failed_; }
+  long successful_resizes() const { return resizes_; }
+
+ protected:
+  void* do_allocate(std::size_t size, std::size_t alignment) noexcept override {
+    std::lock_guard lock(mutex_);
+    if (should_fail()) return nullptr;
+    void* p = upstream_.allocate(size, alignment);
+    if (p == nullptr) return nullptr;
+    ++allocations_;
+    blocks_[p] = {size, alignment};
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t size, std::size_t alignment) noexcept override {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.find(p);
+    if (it == blocks_.end()) {
+      ADD_FAILURE() << "deallocate of a pointer this allocator does not own: " << p;
+      return;
+    }
+    EXPECT_EQ(it->second.size, size) << "deallocate size does not match allocate";
+    EXPECT_EQ(it->second.alignment, alignment) << "deallocate alignment does not match allocate";
+    upstream_.deallocate(p, it->second.size, it->second.alignment);
+    blocks_.erase(it);
+    ++deallocations_;
+  }
+  bool do_resize(void* p, std::size_t old_size, std::size_t new_size,
+                 std::size_t alignment) noexcept override {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.find(p);
+    if (it == blocks_.end()) {
+      ADD_FAILURE() << "resize of a pointer this allocator does not own: " << p;
+      return false;
+    }
+    EXPECT_EQ(it->second.size, old_size) << "resize old_size does not match the block";
+    if (!allow_resize_ || !upstream_.resize(p, old_size, new_size, alignment)) return false;
+    it->second.size = new_size;
+    ++resizes_;
+    return true;
+  }
+
+ private:
+  struct block {
+    std::size_t size;
+    std::size_t alignment;
+  };
+  bool should_fail() noexcept {
+    if (fail_all_ || (fail_countdown_ > 0 && --fail_countdown_ == 0)) {
+      ++failed_;
+      return true;
+    }
+    return false;
+  }
+
+  memkit::allocator& upstream_;
+  std::mutex mutex_;
+  std::map<void*, block> blocks_;
+  long fail_countdown_ = 0;
+  bool fail_all_ = false;
+  bool allow_resize_ = true;
+  long allocations_ = 0;
+  long deallocations_ = 0;
+  long failed_ = 0;
+  long resizes_ = 0;
+};
+
+}  // namespace memkit::testing
