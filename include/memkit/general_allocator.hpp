@@ -1,0 +1,196 @@
+// memkit::general_allocator — a thread-caching, size-class allocator for any mix of sizes and
+// lifetimes, with no degenerate allocation pattern and an optional debug mode.
+//
+// Pick it when you want malloc-like behaviour (any size, any order of frees, any thread) behind
+// the memkit::allocator interface, or as the process allocator (libmemkit_malloc.so is a thin C
+// ABI over global()). Prefer virtual_arena when everything dies together, block_heap for a fixed
+// region, and a container's inline storage when sizes are small and known.
+//
+// How it works (the model is mimalloc; see docs/general_allocator.md):
+//  - Small and medium requests are rounded up to one of about sixty size classes. Blocks of one
+//    class are carved from a page (64 KiB, 512 KiB or ~4 MiB depending on the class), and pages
+//    are carved from 4 MiB segments reserved through memkit::os at 4 MiB-aligned addresses. A
+//    pointer finds its segment header by masking its address and its page by a shift: free()
+//    needs neither the size nor a search, so no pattern (Zig's gpa-degen included) makes it slower.
+//  - Each thread allocates from its own heap: a free list per page, no locks. A block freed by
+//    another thread is pushed onto its page's atomic list and collected by the owner later. When a
+//    thread exits its heap is abandoned and adopted, whole, by the next thread that needs one.
+//  - Empty pages are returned to the OS (os::discard) once they have stayed empty for
+//    options::purge_delay_ms, or at once when more than options::retained_limit bytes sit empty.
+//  - Requests above 512 KiB (or with large alignments) get their own mapping, which resize() and
+//    reallocate() grow in place when the address space after it is free.
+//  - Debug mode (options::debug) keeps a record per block: requested size, state and, optionally,
+//    the stack traces of the allocation and of the first free. It reports double frees (with the
+//    allocation, first-free and second-free traces), frees of pointers it does not own or of
+//    interior pointers, overwritten canaries after a block, writes to freed memory (found when the
+//    block is reused) and leaks. Every check is O(1) per operation.
+//
+// Every function is thread-safe unless its comment says otherwise, and nothing here calls malloc,
+// so the allocator can BE malloc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "memkit/allocator.hpp"
+
+namespace memkit {
+
+class general_allocator final : public allocator {
+ public:
+  // Behaviour switches. The defaults are the fast release configuration.
+  struct options {
+    // Debug mode: per-block records and the checks listed in the header comment.
+    bool debug = false;
+    // In debug mode, record the stack of each allocation and first free (costs a stack walk).
+    bool capture_stack_traces = true;
+    // Frames kept per captured trace (at most max_stack_frames).
+    std::size_t stack_frames = 12;
+    // In debug mode, fill freed blocks with freed_fill_byte and check the fill when reused.
+    bool fill_freed_memory = true;
+    // In debug mode, bytes of canary after each block, checked on free (0: no canary).
+    std::size_t canary_bytes = 16;
+    // In debug mode, never hand out a freed address again (memory is still given back to the OS
+    // when a whole page has been freed; only the addresses stay retired).
+    bool never_reuse_addresses = false;
+    // Empty pages are returned to the OS once they have been empty for this long.
+    std::uint32_t purge_delay_ms = 10;
+    // Empty memory kept beyond this many bytes is returned to the OS at once.
+    std::size_t retained_limit = std::size_t{64} << 20;
+    // On a detected error: true prints the report and aborts; false prints it and continues,
+    // ignoring the offending operation (the block is neither freed nor reused).
+    bool abort_on_error = true;
+    // File descriptor reports are written to.
+    int report_fd = 2;
+  };
+
+  // Counters for one size class.
+  struct size_class_statistics {
+    std::size_t block_size = 0;        // bytes per block in this class
+    std::uint64_t allocations = 0;     // blocks handed out so far
+    std::uint64_t frees = 0;           // blocks given back so far
+    std::uint64_t live_blocks = 0;     // allocations - frees
+    std::size_t pages = 0;             // pages of this class currently in use
+  };
+
+  // Most size classes there can be; statistics::size_classes has this many entries.
+  static constexpr std::size_t max_size_classes = 64;
+  // Longest stack trace kept in debug mode.
+  static constexpr std::size_t max_stack_frames = 32;
+  // Largest request ever satisfied; anything bigger returns null at once.
+  static constexpr std::size_t max_allocation_size = std::size_t{1} << 46;
+  // Byte freed blocks are filled with in debug mode.
+  static constexpr unsigned char freed_fill_byte = 0xDF;
+  // Byte canaries are made of.
+  static constexpr unsigned char canary_byte = 0xCA;
+
+  // A snapshot of the allocator's counters. Blocks freed by a thread other than the one that
+  // allocated them are counted once their owner collects them (at its next page refill), so the
+  // live figures are exact only when threads are quiet.
+  struct statistics {
+    std::size_t live_bytes = 0;        // bytes in blocks handed out and not freed (block sizes)
+    std::size_t peak_live_bytes = 0;   // highest live_bytes seen (sampled at page refills)
+    std::size_t resident_bytes = 0;    // memory held and not returned to the OS (upper bound)
+    std::size_t mapped_bytes = 0;      // address space reserved from the OS
+    std::size_t retained_bytes = 0;    // empty memory not yet returned to the OS
+    std::uint64_t allocations = 0;     // all allocations so far
+    std::uint64_t frees = 0;           // all frees so far
+    std::uint64_t large_allocations = 0;  // allocations that got their own mapping
+    std::uint64_t large_frees = 0;        // frees of those
+    std::size_t large_live_bytes = 0;     // bytes in live large allocations
+    std::size_t heaps = 0;             // thread heaps created (live and abandoned)
+    std::size_t size_class_count = 0;  // entries of size_classes in use
+    size_class_statistics size_classes[max_size_classes];
+  };
+
+  // A private allocator with default options. Its memory is returned to the OS when it is
+  // destroyed; blocks still live then become invalid.
+  general_allocator() noexcept;
+  // A private allocator with the given options.
+  explicit general_allocator(const options& opts) noexcept;
+  // Returns every mapping to the OS. No other thread may use the allocator any more.
+  ~general_allocator() override;
+
+  general_allocator(const general_allocator&) = delete;
+  general_allocator& operator=(const general_allocator&) = delete;
+
+  // The process-wide instance (the drop-in malloc's). Constructed on first use, usable before
+  // main and during static destruction, never destroyed, and never calls malloc.
+  static general_allocator& global() noexcept;
+
+  // Replaces the options. Switch debug mode before the first allocation: blocks allocated before
+  // keep the mode they were allocated in (they are still freed correctly). Not thread-safe with
+  // concurrent allocations.
+  void configure(const options& opts) noexcept;
+  // The options in force.
+  const options& current_options() const noexcept { return options_; }
+
+  // `size` bytes aligned to `alignment` (a power of two), or null when memory is exhausted, the
+  // size exceeds max_allocation_size or the alignment is invalid. Non-virtual fast path of
+  // allocator::allocate with the same meaning.
+  [[nodiscard]] void* allocate(std::size_t size, std::size_t alignment = default_alignment) noexcept;
+  // Like allocate(), with every byte zero (calloc); skips the memset for fresh OS pages.
+  [[nodiscard]] void* allocate_zeroed(std::size_t size,
+                                      std::size_t alignment = default_alignment) noexcept;
+  // Gives back a block from this allocator without its size (C free). Null is a no-op.
+  void free(void* p) noexcept;
+  // Bytes usable in the block at `p` (at least the requested size); 0 for null. In debug mode,
+  // exactly the requested size, so writing past it is caught by the canary.
+  std::size_t usable_size(const void* p) const noexcept;
+  // The usable size a request of `size` bytes at default alignment would get (malloc_good_size).
+  std::size_t good_size(std::size_t size) const noexcept;
+  // C realloc semantics: null `p` allocates; otherwise grows or shrinks in place when possible,
+  // else moves the contents to a new block. Returns null on failure, keeping `p` valid. A
+  // `new_size` of 0 is treated as 1 (the drop-in decides what realloc(p, 0) means).
+  [[nodiscard]] void* reallocate_unsized(void* p, std::size_t new_size) noexcept;
+  // Same, keeping the block aligned to `alignment` (at least the block's original alignment).
+  [[nodiscard]] void* reallocate_unsized(void* p, std::size_t new_size,
+                                         std::size_t alignment) noexcept;
+  // True when `p` points into memory this allocator handed out (a block start or inside a block
+  // of a small or medium size class, or the start of a large allocation). O(1); never faults.
+  bool owns(const void* p) const noexcept;
+
+  // Returns empty memory that is retained (purge delay not yet elapsed, cached segments) to the
+  // OS now. Memory of other threads' heaps is returned when those threads next refill a page.
+  void purge() noexcept;
+
+  // The counters now.
+  struct statistics statistics() const noexcept;
+  // Writes the counters as text to `fd` (no malloc; safe in an atexit handler).
+  void print_statistics(int fd) const noexcept;
+
+  // Debug mode: writes each live allocation (address, size and, when captured, the allocation
+  // stack trace) to `fd`, returns how many there were. Outside debug mode, reports the live block
+  // count per size class without traces and returns the live block count. Other threads should
+  // be quiet while it runs.
+  std::size_t report_leaks(int fd) const noexcept;
+
+  // Fork support: the drop-in registers these with pthread_atfork. prepare_fork takes every lock
+  // of the allocator, so the child starts with none held; after_fork_child also hands the heaps
+  // of threads that do not exist in the child to the child's future threads.
+  void prepare_fork() noexcept;
+  // Releases what prepare_fork took, in the parent.
+  void after_fork_parent() noexcept;
+  // Resets the locks in the child and abandons the heaps of the parent's other threads.
+  void after_fork_child() noexcept;
+
+  struct impl;  // the machinery, in src/general_allocator/ (public only so internals can name it)
+
+ protected:
+  void* do_allocate(std::size_t size, std::size_t alignment) noexcept override;
+  void do_deallocate(void* p, std::size_t size, std::size_t alignment) noexcept override;
+  bool do_resize(void* p, std::size_t old_size, std::size_t new_size,
+                 std::size_t alignment) noexcept override;
+  void* do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes, std::size_t new_size,
+                      std::size_t alignment) noexcept override;
+  allocation do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept override;
+
+ private:
+  struct global_tag {};
+  explicit general_allocator(global_tag) noexcept;
+
+  options options_;
+  impl* impl_ = nullptr;  // lives in memory from the os layer, never from malloc
+};
+
+}  // namespace memkit
