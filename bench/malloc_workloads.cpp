@@ -1,0 +1,475 @@
+// Suite "malloc-workloads" (issue 4): the allocation patterns general-purpose allocator benchmarks
+// use, each run in a fresh child process on every malloc peer by LD_PRELOAD (glibc, jemalloc,
+// mimalloc, tcmalloc and memkit's drop-in), and on memkit's C++ API linked directly. Each is
+// measured as wall time of the workload and peak RSS of the child.
+//
+//   larson             server churn: threads replace random blocks in their own arrays; every
+//                      epoch, new threads take over the arrays (and free what dead threads
+//                      allocated), as in Larson and Krishnan's benchmark
+//   producer-consumer  producers allocate and fill blocks, consumers on other threads check and
+//                      free them (every free is a cross-thread free)
+//   random-lifetimes   many small objects of random sizes (mostly tiny, some large) replaced at
+//                      random, so lifetimes are random and the heap fragments
+//   realloc-strings    dozens of strings grown in turns by small appends, realloc on each
+//   large              64 KiB..8 MiB blocks, every page written, a few alive at a time
+//   false-sharing      objects handed to threads that free them and then allocate and write
+//                      small objects hard (Hoard's cache-scratch): an allocator that lets two
+//                      threads' objects share a cache line shows it here
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "measure.hpp"
+#include "memkit/os.hpp"
+#include "peers.hpp"
+#include "suite.hpp"
+
+#if __has_include("memkit/general_allocator.hpp")
+#include "memkit/general_allocator.hpp"
+#define MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR 1
+#else
+#define MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR 0
+#endif
+
+#ifndef MEMKIT_BENCH_MEMKIT_MALLOC
+#define MEMKIT_BENCH_MEMKIT_MALLOC ""
+#endif
+
+namespace memkit::bench {
+namespace {
+
+// ---- heaps -------------------------------------------------------------------------------------
+
+// Whatever malloc the process runs on.
+struct c_heap {
+  static void* allocate(std::size_t n) noexcept { return std::malloc(n); }
+  static void release(void* p, std::size_t) noexcept { std::free(p); }
+  static void* grow(void* p, std::size_t, std::size_t n) noexcept { return std::realloc(p, n); }
+};
+
+#if MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR
+// memkit's C++ API: sized deallocate and reallocate of the allocator interface.
+struct memkit_heap {
+  static general_allocator& heap() noexcept { return general_allocator::global(); }
+  static void* allocate(std::size_t n) noexcept { return heap().allocate(n); }
+  static void release(void* p, std::size_t n) noexcept { heap().deallocate(p, n); }
+  static void* grow(void* p, std::size_t old_size, std::size_t n) noexcept {
+    return heap().reallocate(p, old_size, old_size, n);
+  }
+};
+#endif
+
+// splitmix64: fast, good enough, the same sequence for every allocator.
+struct random_source {
+  std::uint64_t state;
+  explicit random_source(std::uint64_t seed) noexcept : state(seed) {}
+  std::uint64_t next() noexcept {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  std::size_t below(std::size_t bound) noexcept { return static_cast<std::size_t>(next() % bound); }
+  std::size_t between(std::size_t low, std::size_t high) noexcept { return low + below(high - low + 1); }
+};
+
+[[noreturn]] void out_of_memory() {
+  std::fprintf(stderr, "malloc-workloads: allocation failed\n");
+  std::_Exit(3);
+}
+
+template <class Heap>
+void* must_allocate(std::size_t n) {
+  void* p = Heap::allocate(n);
+  if (p == nullptr) out_of_memory();
+  return p;
+}
+
+// ---- workloads (scale: 1 = the quick profile) -------------------------------------------------
+
+template <class Heap>
+void larson(double scale) {
+  constexpr int threads = 4;
+  constexpr std::size_t slots = 4000;
+  const int epochs = 4;
+  const auto operations = static_cast<std::size_t>(250000 * scale);  // per thread per epoch
+  struct block {
+    void* p = nullptr;
+    std::size_t size = 0;
+  };
+  std::vector<std::vector<block>> arrays(threads, std::vector<block>(slots));
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t, epoch] {
+        random_source random(static_cast<std::uint64_t>(epoch * threads + t + 1));
+        auto& mine = arrays[static_cast<std::size_t>(t)];
+        for (std::size_t i = 0; i < operations; ++i) {
+          block& b = mine[random.below(slots)];
+          if (b.p != nullptr) Heap::release(b.p, b.size);
+          b.size = random.between(16, 512);
+          b.p = must_allocate<Heap>(b.size);
+          static_cast<unsigned char*>(b.p)[0] = static_cast<unsigned char>(i);
+        }
+      });
+    }
+    for (auto& w : workers) w.join();  // the next epoch's threads inherit (and free) the blocks
+  }
+  for (auto& array : arrays)
+    for (auto& b : array)
+      if (b.p != nullptr) Heap::release(b.p, b.size);
+}
+
+template <class Heap>
+void producer_consumer(double scale) {
+  constexpr int pairs = 2;
+  constexpr std::size_t batch_size = 64;
+  constexpr std::size_t queue_capacity = 256;  // batches
+  const auto per_producer = static_cast<std::size_t>(1000000 * scale);
+  struct batch {
+    std::size_t count = 0;
+    void* blocks[batch_size];
+    std::size_t sizes[batch_size];
+  };
+  // A bounded ring of batches, preallocated so that the queue itself allocates nothing.
+  std::vector<batch> ring(queue_capacity);
+  std::size_t head = 0, tail = 0, filled = 0;
+  int producers_left = pairs;
+  std::mutex mutex;
+  std::condition_variable not_full, not_empty;
+  std::atomic<std::size_t> corrupted{0};
+
+  auto producer = [&](int id) {
+    random_source random(static_cast<std::uint64_t>(id + 100));
+    batch local;
+    auto push = [&] {
+      std::unique_lock lock(mutex);
+      not_full.wait(lock, [&] { return filled < queue_capacity; });
+      ring[tail] = local;
+      tail = (tail + 1) % queue_capacity;
+      ++filled;
+      not_empty.notify_one();
+      local.count = 0;
+    };
+    for (std::size_t i = 0; i < per_producer; ++i) {
+      std::size_t size = random.between(16, 256);
+      auto* p = static_cast<unsigned char*>(must_allocate<Heap>(size));
+      p[0] = static_cast<unsigned char>(size);
+      p[size - 1] = static_cast<unsigned char>(size);
+      local.blocks[local.count] = p;
+      local.sizes[local.count] = size;
+      if (++local.count == batch_size) push();
+    }
+    if (local.count != 0) push();
+    std::lock_guard lock(mutex);
+    if (--producers_left == 0) not_empty.notify_all();
+  };
+  auto consumer = [&] {
+    for (;;) {
+      batch local;
+      {
+        std::unique_lock lock(mutex);
+        not_empty.wait(lock, [&] { return filled != 0 || producers_left == 0; });
+        if (filled == 0) return;
+        local = ring[head];
+        head = (head + 1) % queue_capacity;
+        --filled;
+        not_full.notify_one();
+      }
+      for (std::size_t i = 0; i < local.count; ++i) {
+        auto* p = static_cast<unsigned char*>(local.blocks[i]);
+        const auto expected = static_cast<unsigned char>(local.sizes[i]);
+        if (p[0] != expected || p[local.sizes[i] - 1] != expected) corrupted.fetch_add(1);
+        Heap::release(p, local.sizes[i]);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < pairs; ++i) threads.emplace_back(producer, i);
+  for (int i = 0; i < pairs; ++i) threads.emplace_back(consumer);
+  for (auto& t : threads) t.join();
+  if (corrupted.load() != 0) {
+    std::fprintf(stderr, "malloc-workloads: %zu corrupted blocks\n", corrupted.load());
+    std::_Exit(4);
+  }
+}
+
+template <class Heap>
+void random_lifetimes(double scale) {
+  constexpr std::size_t live = 50000;
+  const auto operations = static_cast<std::size_t>(4000000 * scale);
+  random_source random(7);
+  struct block {
+    void* p = nullptr;
+    std::size_t size = 0;
+  };
+  std::vector<block> blocks(live);
+  auto pick_size = [&] {
+    std::size_t bucket = random.below(100);
+    if (bucket < 85) return random.between(8, 128);
+    if (bucket < 99) return random.between(129, 2048);
+    return random.between(2049, 32768);
+  };
+  for (std::size_t i = 0; i < operations; ++i) {
+    block& b = blocks[random.below(live)];
+    if (b.p != nullptr) Heap::release(b.p, b.size);
+    b.size = pick_size();
+    auto* p = static_cast<unsigned char*>(must_allocate<Heap>(b.size));
+    p[0] = 1;
+    p[b.size - 1] = 1;
+    b.p = p;
+  }
+  for (auto& b : blocks)
+    if (b.p != nullptr) Heap::release(b.p, b.size);
+}
+
+template <class Heap>
+void realloc_strings(double scale) {
+  constexpr std::size_t strings = 64;
+  const auto appends = static_cast<std::size_t>(4000000 * scale);
+  random_source random(11);
+  struct text {
+    char* data = nullptr;
+    std::size_t length = 0;
+    std::size_t target = 0;
+  };
+  std::vector<text> texts(strings);
+  for (auto& t : texts) t.target = random.between(64, 16384);
+  for (std::size_t i = 0; i < appends; ++i) {
+    text& t = texts[i % strings];
+    const std::size_t chunk = random.between(1, 24);
+    // Naive C string building: exactly as many bytes as needed, realloc on every append.
+    void* grown = Heap::grow(t.data, t.length + (t.data != nullptr ? 1 : 0), t.length + chunk + 1);
+    if (grown == nullptr) out_of_memory();
+    t.data = static_cast<char*>(grown);
+    std::memset(t.data + t.length, 'a' + static_cast<int>(i % 26), chunk);
+    t.length += chunk;
+    t.data[t.length] = '\0';
+    if (t.length >= t.target) {
+      do_not_optimize(t.data[t.length / 2]);
+      Heap::release(t.data, t.length + 1);
+      t = text{nullptr, 0, random.between(64, 16384)};
+    }
+  }
+  for (auto& t : texts)
+    if (t.data != nullptr) Heap::release(t.data, t.length + 1);
+}
+
+template <class Heap>
+void large(double scale) {
+  constexpr std::size_t window = 8;
+  const auto operations = static_cast<std::size_t>(3000 * scale);
+  const std::size_t page = os::page_size();
+  random_source random(13);
+  struct block {
+    unsigned char* p = nullptr;
+    std::size_t size = 0;
+  };
+  block blocks[window];
+  for (std::size_t i = 0; i < operations; ++i) {
+    block& b = blocks[random.below(window)];
+    if (b.p != nullptr) Heap::release(b.p, b.size);
+    // Log-uniform between 64 KiB and 8 MiB.
+    const double exponent = 16 + 7 * (static_cast<double>(random.below(1 << 20)) / (1 << 20));
+    b.size = static_cast<std::size_t>(std::exp2(exponent));
+    b.p = static_cast<unsigned char*>(must_allocate<Heap>(b.size));
+    for (std::size_t offset = 0; offset < b.size; offset += page) b.p[offset] = 1;
+  }
+  for (auto& b : blocks)
+    if (b.p != nullptr) Heap::release(b.p, b.size);
+}
+
+template <class Heap>
+void false_sharing(double scale) {
+  constexpr int threads = 4;
+  constexpr std::size_t object_size = 8;
+  constexpr int writes = 200;
+  const auto rounds = static_cast<std::size_t>(40000 * scale);
+  // Allocated back to back by one thread, so an allocator may put them in one cache line...
+  std::vector<void*> handed(threads);
+  for (auto& p : handed) p = must_allocate<Heap>(object_size);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      // ...then each thread frees its object and allocates its own: an allocator that reuses the
+      // freed slot on the freeing thread makes the threads write to one line.
+      Heap::release(handed[static_cast<std::size_t>(t)], object_size);
+      for (std::size_t r = 0; r < rounds; ++r) {
+        auto* p = static_cast<volatile unsigned char*>(must_allocate<Heap>(object_size));
+        for (int w = 0; w < writes; ++w) p[w % object_size] = static_cast<unsigned char>(p[0] + 1);
+        Heap::release(const_cast<unsigned char*>(p), object_size);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+}
+
+struct workload {
+  const char* name;
+  const char* parameters;
+  void (*with_malloc)(double);
+  void (*with_memkit)(double);
+};
+
+#if MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR
+#define MEMKIT_WORKLOAD(name, parameters, function) \
+  workload { name, parameters, function<c_heap>, function<memkit_heap> }
+#else
+#define MEMKIT_WORKLOAD(name, parameters, function) \
+  workload { name, parameters, function<c_heap>, nullptr }
+#endif
+
+const workload workloads[] = {
+    MEMKIT_WORKLOAD("larson", "4 threads x 4 epochs, 4000 slots each, 16..512 B", larson),
+    MEMKIT_WORKLOAD("producer-consumer", "2 producers, 2 consumers, 16..256 B", producer_consumer),
+    MEMKIT_WORKLOAD("random-lifetimes", "50000 live, 8 B..32 KiB (85% <= 128 B)", random_lifetimes),
+    MEMKIT_WORKLOAD("realloc-strings", "64 strings, appends of 1..24 B up to 16 KiB", realloc_strings),
+    MEMKIT_WORKLOAD("large", "8 live, 64 KiB..8 MiB, every page written", large),
+    MEMKIT_WORKLOAD("false-sharing", "4 threads, 8 B objects, 200 writes each", false_sharing),
+};
+
+// Child: `WORKLOAD malloc|memkit SCALE` prints ns= and peak_rss=.
+int child(const std::vector<std::string>& args) {
+  if (args.size() != 3) {
+    std::fprintf(stderr, "malloc-workloads child: expected 'WORKLOAD malloc|memkit SCALE'\n");
+    return 2;
+  }
+  const double scale = std::strtod(args[2].c_str(), nullptr);
+  for (auto& w : workloads) {
+    if (args[0] != w.name) continue;
+    void (*function)(double) = args[1] == "memkit" ? w.with_memkit : w.with_malloc;
+    if (function == nullptr) return 2;
+    auto start = clock::now();
+    function(scale);
+    const double ns = nanoseconds(start, clock::now());
+    auto peak = os::peak_resident_bytes();
+    std::printf("ns=%.0f\npeak_rss=%zu\n", ns, peak.ok() ? peak.value() : std::size_t{0});
+    return 0;
+  }
+  std::fprintf(stderr, "malloc-workloads child: unknown workload '%s'\n", args[0].c_str());
+  return 2;
+}
+
+struct subject {
+  std::string name;
+  std::string mode;
+  std::vector<std::string> environment;
+  bool available = true;
+  std::string missing_note;
+};
+
+double geometric_mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += std::log(v);
+  return values.empty() ? 0 : std::exp(sum / static_cast<double>(values.size()));
+}
+
+void run(context& ctx) {
+  const double scale = ctx.pick(0.02, 1.0, 4.0);
+  const int repetitions = ctx.pick(1, 3, 5);
+  const std::string memkit_library = MEMKIT_BENCH_MEMKIT_MALLOC;
+  const bool have_dropin = !memkit_library.empty() && ::access(memkit_library.c_str(), R_OK) == 0;
+
+  std::vector<subject> subjects;
+  for (auto& peer : malloc_peers())
+    subjects.push_back({peer.name, "malloc", peer.environment(), peer.installed, "not installed"});
+  subjects.push_back({"memkit (LD_PRELOAD)", "malloc", {"LD_PRELOAD=" + memkit_library}, have_dropin,
+                      "libmemkit_malloc.so not built"});
+  subjects.push_back({"memkit (C++ API)", "memkit", {}, MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR != 0,
+                      "general_allocator not built"});
+
+  // time[subject][workload], rss[subject][workload]; 0 when missing or failed.
+  const std::size_t workload_count = std::size(workloads);
+  std::vector<std::vector<double>> time(subjects.size(), std::vector<double>(workload_count, 0));
+  std::vector<std::vector<double>> rss = time;
+  std::size_t step = 0;
+  for (std::size_t w = 0; w < workload_count; ++w) {
+    for (std::size_t s = 0; s < subjects.size(); ++s) {
+      auto& who = subjects[s];
+      ctx.progress(std::string(workloads[w].name) + " / " + who.name, step++,
+                   workload_count * subjects.size());
+      row r{workloads[w].name, who.name, {{"workload", workloads[w].parameters},
+            {"scale", format_number(scale)}}, {}, {}};
+      if (!who.available) {
+        r.note = who.missing_note;
+        ctx.record(std::move(r));
+        continue;
+      }
+      std::vector<double> ns, peak;
+      for (int i = 0; i < repetitions; ++i) {
+        auto out = ctx.run_self({workloads[w].name, who.mode, std::to_string(scale)}, who.environment);
+        if (!out.ok() || out.number("ns") <= 0) {
+          r.note = "child failed (exit " + std::to_string(out.exit_code) + ", signal " +
+                   std::to_string(out.signal) + ")";
+          break;
+        }
+        ns.push_back(out.number("ns"));
+        peak.push_back(out.number("peak_rss", 0));
+      }
+      if (r.note.empty()) {
+        time[s][w] = median(ns);
+        rss[s][w] = median(peak);
+        r.metrics = {{"time", time[s][w], "ns"}, {"peak_rss", rss[s][w], "bytes"}};
+      }
+      ctx.record(std::move(r));
+    }
+  }
+
+  auto index_of = [&](const std::string& name) -> int {
+    for (std::size_t s = 0; s < subjects.size(); ++s)
+      if (subjects[s].name == name) return static_cast<int>(s);
+    return -1;
+  };
+  // Geometric mean over the workloads both subjects completed of subject / peer.
+  auto ratio = [&](const std::vector<std::vector<double>>& table, int subject, int peer) {
+    std::vector<double> ratios;
+    for (std::size_t w = 0; w < workload_count; ++w)
+      if (table[static_cast<std::size_t>(subject)][w] > 0 && table[static_cast<std::size_t>(peer)][w] > 0)
+        ratios.push_back(table[static_cast<std::size_t>(subject)][w] / table[static_cast<std::size_t>(peer)][w]);
+    return ratios.size() == workload_count ? geometric_mean(ratios) : 0.0;
+  };
+  const int dropin = index_of("memkit (LD_PRELOAD)");
+  const int api = index_of("memkit (C++ API)");
+  const int mimalloc = index_of("mimalloc");
+  const int glibc = index_of("glibc");
+  auto figure_or_note = [&](const char* what, const std::vector<std::vector<double>>& table,
+                            int subject, int peer, const char* peer_name, double target) {
+    double value = subject >= 0 && peer >= 0 ? ratio(table, subject, peer) : 0.0;
+    std::string name = std::string("memkit (LD_PRELOAD) vs ") + peer_name + ", geometric mean " + what;
+    if (value > 0) ctx.check({name, value, "<=", target, "x"});
+    else ctx.note(name + ": not measured (a subject is missing or failed)");
+  };
+  figure_or_note("time", time, dropin, mimalloc, "mimalloc", 1.05);
+  figure_or_note("time", time, dropin, glibc, "glibc", 0.8);
+  figure_or_note("peak RSS", rss, dropin, mimalloc, "mimalloc", 1.1);
+  if (api >= 0 && mimalloc >= 0 && glibc >= 0) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "memkit (C++ API): geometric mean time %.3gx mimalloc, %.3gx glibc; peak RSS "
+                  "%.3gx mimalloc",
+                  ratio(time, api, mimalloc), ratio(time, api, glibc), ratio(rss, api, mimalloc));
+    ctx.note(text);
+  }
+  ctx.note("each cell: median of " + std::to_string(repetitions) +
+           " fresh child processes; time = wall time of the workload, peak_rss = the child's "
+           "ru_maxrss (includes the runner's own few MiB)");
+}
+
+}  // namespace
+
+MEMKIT_BENCH_SUITE(malloc_workloads, "malloc-workloads",
+                   "issue 4: larson, producer/consumer, random lifetimes, realloc strings, large, "
+                   "false sharing; time and peak RSS vs glibc/jemalloc/mimalloc/tcmalloc",
+                   run, child);
+
+}  // namespace memkit::bench

@@ -1,0 +1,278 @@
+// The drop-in malloc's entry points: the whole glibc allocation family and every replaceable C++
+// operator new/delete, all served by memkit::general_allocator::global().
+//
+// The C functions follow glibc 2.36 exactly, because programs (and glibc's own tests) rely on the
+// corner cases: malloc(0) returns a unique pointer; sizes above PTRDIFF_MAX fail with ENOMEM;
+// realloc(p, 0) frees p and returns null; memalign/aligned_alloc round an alignment that is not a
+// power of two up to the next one and treat alignments up to 16 as malloc's; posix_memalign
+// rejects alignments that are not a power-of-two multiple of sizeof(void*) with EINVAL; free
+// preserves errno. Every failure is null with errno = ENOMEM (or EINVAL where glibc says so) and
+// leaves the caller's block untouched.
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "memkit/os.hpp"
+#include "runtime.hpp"
+
+#define MEMKIT_MALLOC_EXPORT extern "C" __attribute__((visibility("default")))
+
+// Functions glibc 2.36's headers do not declare (C23's sized frees, the removed cfree, the
+// __libc_* names that some programs and tools call to reach "the real malloc").
+extern "C" {
+void free_sized(void* p, std::size_t size) noexcept;
+void free_aligned_sized(void* p, std::size_t alignment, std::size_t size) noexcept;
+void cfree(void* p) noexcept;
+void* __libc_malloc(std::size_t size) noexcept;
+void __libc_free(void* p) noexcept;
+void* __libc_calloc(std::size_t count, std::size_t size) noexcept;
+void* __libc_realloc(void* p, std::size_t size) noexcept;
+void* __libc_reallocarray(void* p, std::size_t count, std::size_t size) noexcept;
+void* __libc_memalign(std::size_t alignment, std::size_t size) noexcept;
+void* __libc_valloc(std::size_t size) noexcept;
+void* __libc_pvalloc(std::size_t size) noexcept;
+}
+
+namespace {
+
+using memkit::malloc_runtime::heap;
+
+// What malloc guarantees on x86-64 glibc (alignof(max_align_t)); smaller requests get it too.
+constexpr std::size_t malloc_alignment = alignof(std::max_align_t);
+// glibc refuses anything larger: no object may be larger than PTRDIFF_MAX.
+constexpr std::size_t largest_request = PTRDIFF_MAX;
+
+[[gnu::always_inline]] inline void* fail(int error) noexcept {
+  errno = error;
+  return nullptr;
+}
+
+// allocate() of the general allocator with the C error convention.
+[[gnu::always_inline]] inline void* allocate(std::size_t size, std::size_t alignment) noexcept {
+  if (MEMKIT_UNLIKELY(size > largest_request)) return fail(ENOMEM);
+  void* p = heap().allocate(size, alignment);
+  if (MEMKIT_UNLIKELY(p == nullptr)) return fail(ENOMEM);
+  return p;
+}
+
+[[gnu::always_inline]] inline void release(void* p) noexcept {
+  if (p == nullptr) return;
+  // glibc's free never changes errno (since 2.33); returning pages to the OS might.
+  const int saved = errno;
+  heap().free(p);
+  errno = saved;
+}
+
+inline void* reallocate(void* p, std::size_t size) noexcept {
+  if (p == nullptr) return allocate(size, malloc_alignment);
+  if (size == 0) {  // glibc: REALLOC_ZERO_BYTES_FREES
+    release(p);
+    return nullptr;
+  }
+  if (MEMKIT_UNLIKELY(size > largest_request)) return fail(ENOMEM);
+  void* q = heap().reallocate_unsized(p, size);
+  if (MEMKIT_UNLIKELY(q == nullptr)) return fail(ENOMEM);  // p is still the caller's
+  return q;
+}
+
+inline void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {
+  std::size_t bytes = 0;
+  if (MEMKIT_UNLIKELY(__builtin_mul_overflow(count, size, &bytes))) return fail(ENOMEM);
+  if (MEMKIT_UNLIKELY(bytes > largest_request)) return fail(ENOMEM);
+  void* p = heap().allocate_zeroed(bytes, malloc_alignment);  // skips the memset on fresh pages
+  if (MEMKIT_UNLIKELY(p == nullptr)) return fail(ENOMEM);
+  return p;
+}
+
+inline void* reallocate_array(void* p, std::size_t count, std::size_t size) noexcept {
+  std::size_t bytes = 0;
+  if (MEMKIT_UNLIKELY(__builtin_mul_overflow(count, size, &bytes))) return fail(ENOMEM);
+  return reallocate(p, bytes);
+}
+
+// glibc's _mid_memalign: small alignments are malloc's; alignments that cannot be a power of two
+// fail with EINVAL; other non-powers of two are rounded up to the next power of two.
+inline void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept {
+  if (alignment <= malloc_alignment) return allocate(size, malloc_alignment);
+  if (MEMKIT_UNLIKELY(alignment > SIZE_MAX / 2 + 1)) return fail(EINVAL);
+  if (MEMKIT_UNLIKELY(!memkit::detail::is_power_of_two(alignment))) {
+    std::size_t rounded = malloc_alignment * 2;
+    while (rounded < alignment) rounded <<= 1;
+    alignment = rounded;
+  }
+  if (MEMKIT_UNLIKELY(size > largest_request - alignment)) return fail(ENOMEM);
+  return allocate(size, alignment);
+}
+
+inline int allocate_aligned_posix(void** out, std::size_t alignment, std::size_t size) noexcept {
+  if (alignment == 0 || alignment % sizeof(void*) != 0 ||
+      !memkit::detail::is_power_of_two(alignment / sizeof(void*)))
+    return EINVAL;
+  void* p = allocate_aligned(alignment, size);
+  if (p == nullptr) return ENOMEM;  // *out untouched, as glibc
+  *out = p;
+  return 0;
+}
+
+inline void* allocate_page_aligned(std::size_t size) noexcept {
+  return allocate_aligned(memkit::os::page_size(), size);
+}
+
+inline void* allocate_whole_pages(std::size_t size) noexcept {
+  const std::size_t page = memkit::os::page_size();
+  std::size_t rounded = 0;
+  if (MEMKIT_UNLIKELY(__builtin_add_overflow(size, page - 1, &rounded))) return fail(ENOMEM);
+  return allocate_aligned(page, rounded & ~(page - 1));
+}
+
+inline std::size_t usable_size(const void* p) noexcept {
+  return p == nullptr ? 0 : heap().usable_size(p);
+}
+
+}  // namespace
+
+// ---- the C family ------------------------------------------------------------------------------
+
+MEMKIT_MALLOC_EXPORT void* malloc(std::size_t size) noexcept { return allocate(size, malloc_alignment); }
+MEMKIT_MALLOC_EXPORT void free(void* p) noexcept { release(p); }
+MEMKIT_MALLOC_EXPORT void* calloc(std::size_t count, std::size_t size) noexcept {
+  return allocate_zeroed(count, size);
+}
+MEMKIT_MALLOC_EXPORT void* realloc(void* p, std::size_t size) noexcept { return reallocate(p, size); }
+MEMKIT_MALLOC_EXPORT void* reallocarray(void* p, std::size_t count, std::size_t size) noexcept {
+  return reallocate_array(p, count, size);
+}
+MEMKIT_MALLOC_EXPORT int posix_memalign(void** out, std::size_t alignment, std::size_t size) noexcept {
+  return allocate_aligned_posix(out, alignment, size);
+}
+// glibc 2.36 makes aligned_alloc the same function as memalign (no EINVAL for odd alignments).
+MEMKIT_MALLOC_EXPORT void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+  return allocate_aligned(alignment, size);
+}
+MEMKIT_MALLOC_EXPORT void* memalign(std::size_t alignment, std::size_t size) noexcept {
+  return allocate_aligned(alignment, size);
+}
+MEMKIT_MALLOC_EXPORT void* valloc(std::size_t size) noexcept { return allocate_page_aligned(size); }
+MEMKIT_MALLOC_EXPORT void* pvalloc(std::size_t size) noexcept { return allocate_whole_pages(size); }
+MEMKIT_MALLOC_EXPORT std::size_t malloc_usable_size(void* p) noexcept { return usable_size(p); }
+// C23: the size (and alignment) must be the ones the block was requested with; the general
+// allocator finds both itself, so they only serve as documentation here.
+MEMKIT_MALLOC_EXPORT void free_sized(void* p, std::size_t) noexcept { release(p); }
+MEMKIT_MALLOC_EXPORT void free_aligned_sized(void* p, std::size_t, std::size_t) noexcept { release(p); }
+MEMKIT_MALLOC_EXPORT void cfree(void* p) noexcept { release(p); }
+
+// glibc's own names for the same functions.
+MEMKIT_MALLOC_EXPORT void* __libc_malloc(std::size_t size) noexcept { return allocate(size, malloc_alignment); }
+MEMKIT_MALLOC_EXPORT void __libc_free(void* p) noexcept { release(p); }
+MEMKIT_MALLOC_EXPORT void* __libc_calloc(std::size_t count, std::size_t size) noexcept {
+  return allocate_zeroed(count, size);
+}
+MEMKIT_MALLOC_EXPORT void* __libc_realloc(void* p, std::size_t size) noexcept { return reallocate(p, size); }
+MEMKIT_MALLOC_EXPORT void* __libc_reallocarray(void* p, std::size_t count, std::size_t size) noexcept {
+  return reallocate_array(p, count, size);
+}
+MEMKIT_MALLOC_EXPORT void* __libc_memalign(std::size_t alignment, std::size_t size) noexcept {
+  return allocate_aligned(alignment, size);
+}
+MEMKIT_MALLOC_EXPORT void* __libc_valloc(std::size_t size) noexcept { return allocate_page_aligned(size); }
+MEMKIT_MALLOC_EXPORT void* __libc_pvalloc(std::size_t size) noexcept { return allocate_whole_pages(size); }
+
+// glibc's malloc_stats prints its arenas to stderr; here it prints memkit's statistics instead.
+MEMKIT_MALLOC_EXPORT void malloc_stats() noexcept { heap().print_statistics(STDERR_FILENO); }
+// Returns retained empty memory to the OS now (it would go after the purge delay anyway). glibc
+// answers 1 when it released memory; the general allocator does not say, so 1 when any was held.
+MEMKIT_MALLOC_EXPORT int malloc_trim(std::size_t) noexcept {
+  auto& allocator = heap();
+  const bool held = allocator.statistics().retained_bytes != 0;
+  allocator.purge();
+  return held ? 1 : 0;
+}
+
+// ---- C++ operator new / delete -----------------------------------------------------------------
+
+namespace {
+
+// [new.delete.single]: loop calling the new-handler until memory comes or there is no handler.
+void* new_or_throw(std::size_t size, std::size_t alignment) {
+  for (;;) {
+    if (MEMKIT_LIKELY(size <= largest_request)) {
+      if (void* p = heap().allocate(size, alignment)) return p;
+    }
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
+
+// The nothrow forms behave as the throwing ones, except that they answer null where those throw.
+void* new_or_null(std::size_t size, std::size_t alignment) noexcept {
+  for (;;) {
+    if (MEMKIT_LIKELY(size <= largest_request)) {
+      if (void* p = heap().allocate(size, alignment)) return p;
+    }
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) return nullptr;
+    try {
+      handler();
+    } catch (...) {
+      return nullptr;
+    }
+  }
+}
+
+[[gnu::always_inline]] inline std::size_t new_alignment(std::align_val_t alignment) noexcept {
+  auto value = static_cast<std::size_t>(alignment);
+  return value < malloc_alignment ? malloc_alignment : value;
+}
+
+}  // namespace
+
+#define MEMKIT_NEW_EXPORT __attribute__((visibility("default")))
+
+MEMKIT_NEW_EXPORT void* operator new(std::size_t size) { return new_or_throw(size, malloc_alignment); }
+MEMKIT_NEW_EXPORT void* operator new[](std::size_t size) { return new_or_throw(size, malloc_alignment); }
+MEMKIT_NEW_EXPORT void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  return new_or_null(size, malloc_alignment);
+}
+MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return new_or_null(size, malloc_alignment);
+}
+MEMKIT_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t alignment) {
+  return new_or_throw(size, new_alignment(alignment));
+}
+MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t alignment) {
+  return new_or_throw(size, new_alignment(alignment));
+}
+MEMKIT_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t alignment,
+                                     const std::nothrow_t&) noexcept {
+  return new_or_null(size, new_alignment(alignment));
+}
+MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t alignment,
+                                       const std::nothrow_t&) noexcept {
+  return new_or_null(size, new_alignment(alignment));
+}
+
+// Every delete form ends in the same free: the allocator finds size and alignment from the
+// pointer, so the sized and aligned hints are not needed (and not trusted).
+MEMKIT_NEW_EXPORT void operator delete(void* p) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  release(p);
+}
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  release(p);
+}
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }

@@ -1,0 +1,117 @@
+// Start-up, fork handling and the end-of-process reports of the drop-in malloc.
+#include "runtime.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#define MEMKIT_MALLOC_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace memkit::malloc_runtime {
+
+std::atomic<bool> ready{false};
+
+namespace {
+
+// 0: nobody started yet; 1: a thread is starting; 2: started.
+std::atomic<int> phase{0};
+// Set on the thread that runs start(), so that its own re-entrant allocations do not wait for
+// themselves. A trivially constructed thread_local needs no registration (no allocation).
+thread_local bool starting_on_this_thread = false;
+
+// What the environment asked for; written once by start(), read at exit.
+struct settings {
+  bool debug = false;       // MEMKIT_DEBUG
+  bool statistics = false;  // MEMKIT_STATS
+  bool leaks = true;        // MEMKIT_LEAKS (reports leaks at exit in debug mode unless 0)
+};
+// The other variables go straight into general_allocator::options: MEMKIT_STACK_TRACES,
+// MEMKIT_STACK_FRAMES, MEMKIT_NEVER_REUSE, MEMKIT_ABORT, MEMKIT_PURGE_DELAY_MS,
+// MEMKIT_RETAINED_LIMIT.
+settings chosen;
+
+// getenv allocates nothing, so it is safe here even before libc finished starting up.
+// "1", "on", "yes", "true" (any case) switch a flag on; "0", "off", "no", "false" off; anything
+// else, or unset, keeps `fallback`.
+bool flag(const char* name, bool fallback) noexcept {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  auto is = [value](const char* word) { return ::strcasecmp(value, word) == 0; };
+  if (is("1") || is("on") || is("yes") || is("true")) return true;
+  if (is("0") || is("off") || is("no") || is("false")) return false;
+  return fallback;
+}
+
+// A non-negative decimal number from the environment, or `fallback` when unset or malformed.
+std::size_t number(const char* name, std::size_t fallback) noexcept {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value < '0' || *value > '9') return fallback;
+  char* end = nullptr;
+  const unsigned long long parsed = std::strtoull(value, &end, 10);
+  return *end == '\0' ? static_cast<std::size_t>(parsed) : fallback;
+}
+
+void configure_from_environment() noexcept {
+  chosen.debug = flag("MEMKIT_DEBUG", false);
+  chosen.statistics = flag("MEMKIT_STATS", false);
+  chosen.leaks = flag("MEMKIT_LEAKS", true);
+  general_allocator::options options;
+  options.debug = chosen.debug;
+  options.capture_stack_traces = flag("MEMKIT_STACK_TRACES", options.capture_stack_traces);
+  options.stack_frames = number("MEMKIT_STACK_FRAMES", options.stack_frames);
+  if (options.stack_frames > general_allocator::max_stack_frames)
+    options.stack_frames = general_allocator::max_stack_frames;
+  options.never_reuse_addresses = flag("MEMKIT_NEVER_REUSE", options.never_reuse_addresses);
+  options.abort_on_error = flag("MEMKIT_ABORT", options.abort_on_error);
+  options.purge_delay_ms = static_cast<std::uint32_t>(
+      number("MEMKIT_PURGE_DELAY_MS", options.purge_delay_ms));
+  options.retained_limit = number("MEMKIT_RETAINED_LIMIT", options.retained_limit);
+  general_allocator::global().configure(options);
+}
+
+// Fork: take every allocator lock before the fork so that the child starts with consistent,
+// unlocked state even when other threads were inside malloc at that moment.
+void before_fork() noexcept { general_allocator::global().prepare_fork(); }
+void after_fork_in_parent() noexcept { general_allocator::global().after_fork_parent(); }
+void after_fork_in_child() noexcept { general_allocator::global().after_fork_child(); }
+
+// Runs when the process exits (or the library is unloaded), after the program's own destructors:
+// the statistics and leak reports see the final state.
+__attribute__((destructor)) void report_at_exit() noexcept {
+  if (!ready.load(std::memory_order_acquire)) return;
+  if (chosen.statistics) general_allocator::global().print_statistics(STDERR_FILENO);
+  if (chosen.debug && chosen.leaks) general_allocator::global().report_leaks(STDERR_FILENO);
+}
+
+}  // namespace
+
+void start() noexcept {
+  int expected = 0;
+  if (phase.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    starting_on_this_thread = true;
+    configure_from_environment();
+    ready.store(true, std::memory_order_release);
+    phase.store(2, std::memory_order_release);
+    // pthread_atfork may allocate; by now that allocation is served normally.
+    ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+    starting_on_this_thread = false;
+    return;
+  }
+  if (starting_on_this_thread) return;
+  while (phase.load(std::memory_order_acquire) != 2) ::sched_yield();
+}
+
+}  // namespace memkit::malloc_runtime
+
+// Reports a program can ask for at any time (declared in docs/malloc.md; find them with dlsym
+// when the library is preloaded). Both write to `fd`.
+MEMKIT_MALLOC_EXPORT void memkit_malloc_print_statistics(int fd) noexcept {
+  memkit::malloc_runtime::heap().print_statistics(fd);
+}
+MEMKIT_MALLOC_EXPORT void memkit_malloc_report_leaks(int fd) noexcept {
+  memkit::malloc_runtime::heap().report_leaks(fd);
+}
