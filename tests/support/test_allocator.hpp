@@ -31,6 +31,10 @@ class test_allocator final : public memkit::allocator {
   void fail_all(bool on) { fail_all_ = on; }
   // Lets resize() succeed (true, the default: through the upstream) or always refuse (false).
   void allow_resize(bool on) { allow_resize_ = on; }
+  // Makes allocate_at_least() report `bytes` more than requested (the block really has them), so
+  // containers' use of size feedback is exercised; deallocate then accepts any size between the
+  // requested and the reported one, as the allocator contract says.
+  void report_extra(std::size_t bytes) { extra_ = bytes; }
 
   std::size_t live_blocks() const { return blocks_.size(); }
   std::size_t live_bytes() const {
@@ -42,6 +46,7 @@ class test_allocator final : public memkit::allocator {
   long deallocations() const { return deallocations_; }
   long failed_allocations() const { return failed_; }
   long successful_resizes() const { return resizes_; }
+  long reallocations() const { return reallocations_; }
 
  protected:
   void* do_allocate(std::size_t size, std::size_t alignment) noexcept override {
@@ -50,8 +55,26 @@ class test_allocator final : public memkit::allocator {
     void* p = upstream_.allocate(size, alignment);
     if (p == nullptr) return nullptr;
     ++allocations_;
-    blocks_[p] = {size, alignment};
+    blocks_[p] = {size, size, alignment};
     return p;
+  }
+  allocation do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept override {
+    std::lock_guard lock(mutex_);
+    if (should_fail()) return {};
+    const std::size_t reported = size + extra_;
+    void* p = upstream_.allocate(reported, alignment);
+    if (p == nullptr) return {};
+    ++allocations_;
+    blocks_[p] = {size, reported, alignment};
+    return {p, reported};
+  }
+  void* do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes, std::size_t new_size,
+                      std::size_t alignment) noexcept override {
+    {
+      std::lock_guard lock(mutex_);
+      ++reallocations_;
+    }
+    return allocator::do_reallocate(p, old_size, used_bytes, new_size, alignment);
   }
   void do_deallocate(void* p, std::size_t size, std::size_t alignment) noexcept override {
     std::lock_guard lock(mutex_);
@@ -60,9 +83,11 @@ class test_allocator final : public memkit::allocator {
       ADD_FAILURE() << "deallocate of a pointer this allocator does not own: " << p;
       return;
     }
-    EXPECT_EQ(it->second.size, size) << "deallocate size does not match allocate";
+    EXPECT_TRUE(size >= it->second.size && size <= it->second.reported)
+        << "deallocate size " << size << " outside [" << it->second.size << ", "
+        << it->second.reported << "]";
     EXPECT_EQ(it->second.alignment, alignment) << "deallocate alignment does not match allocate";
-    upstream_.deallocate(p, it->second.size, it->second.alignment);
+    upstream_.deallocate(p, it->second.reported, it->second.alignment);
     blocks_.erase(it);
     ++deallocations_;
   }
@@ -74,16 +99,19 @@ class test_allocator final : public memkit::allocator {
       ADD_FAILURE() << "resize of a pointer this allocator does not own: " << p;
       return false;
     }
-    EXPECT_EQ(it->second.size, old_size) << "resize old_size does not match the block";
-    if (!allow_resize_ || !upstream_.resize(p, old_size, new_size, alignment)) return false;
+    EXPECT_TRUE(old_size >= it->second.size && old_size <= it->second.reported)
+        << "resize old_size does not match the block";
+    if (!allow_resize_ || !upstream_.resize(p, it->second.reported, new_size, alignment)) return false;
     it->second.size = new_size;
+    it->second.reported = new_size;
     ++resizes_;
     return true;
   }
 
  private:
   struct block {
-    std::size_t size;
+    std::size_t size;      // requested
+    std::size_t reported;  // usable size reported to the caller (>= size)
     std::size_t alignment;
   };
   bool should_fail() noexcept {
@@ -104,6 +132,8 @@ class test_allocator final : public memkit::allocator {
   long deallocations_ = 0;
   long failed_ = 0;
   long resizes_ = 0;
+  long reallocations_ = 0;
+  std::size_t extra_ = 0;
 };
 
 }  // namespace memkit::testing
