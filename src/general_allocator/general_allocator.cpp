@@ -1,109 +1,212 @@
-// Interim implementation of memkit::general_allocator: correct and thread-safe but slow (one OS
-// mapping per block). Replaced by the size-class implementation in this folder.
+// memkit::general_allocator: construction, the public entry points and their fast paths. The
+// slow paths live beside this file: page.cpp (refill, cross-thread frees), segment.cpp (pages,
+// segments, purging), heap.cpp (thread heaps), large.cpp (own-mapping blocks), debug.cpp (checks
+// and reports), statistics.cpp.
 #include "memkit/general_allocator.hpp"
 
-#include <unistd.h>
-
-#include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <new>
 
+#include "internal.hpp"
 #include "memkit/os.hpp"
 
 namespace memkit {
-
-struct general_allocator::impl {
-  std::atomic<std::uint64_t> allocations{0};
-  std::atomic<std::uint64_t> frees{0};
-  std::atomic<std::size_t> live{0};
-  std::atomic<std::size_t> peak{0};
-  std::atomic<std::size_t> mapped{0};
-};
+using namespace gpa;
 
 namespace {
 
-constexpr std::uint64_t header_magic = 0x6d656d6b69746761ull;
-
-struct header {
-  std::uint64_t magic;
-  void* base;
-  std::size_t mapped;
-  std::size_t usable;
-};
-
-general_allocator::impl* new_impl() noexcept {
-  auto r = os::map(detail::align_up(sizeof(general_allocator::impl), os::page_size()));
-  if (!r) return nullptr;
-  return new (r.value()) general_allocator::impl();
+void on_thread_exit(void* value) {
+  auto* h = static_cast<heap*>(value);
+  general_allocator::impl* im = h->instance;
+  if (im->is_global) global_heap = nullptr;
+  im->abandon_heap(h);
 }
 
-header* header_of(const void* p) noexcept {
-  return reinterpret_cast<header*>(const_cast<char*>(static_cast<const char*>(p)) - sizeof(header));
+void init_impl(general_allocator::impl* im, general_allocator* self, bool global) noexcept {
+  im->self = self;
+  im->is_global = global;
+  im->key_created = pthread_key_create(&im->key, &on_thread_exit) == 0;
 }
+
+std::size_t impl_bytes() noexcept { return detail::align_up(sizeof(general_allocator::impl), os::page_size()); }
 
 }  // namespace
 
 general_allocator::general_allocator() noexcept : general_allocator(options{}) {}
 
-general_allocator::general_allocator(const options& opts) noexcept : options_(opts), impl_(new_impl()) {}
+general_allocator::general_allocator(const options& opts) noexcept : options_(opts) {
+  if (options_.stack_frames > max_stack_frames) options_.stack_frames = max_stack_frames;
+  auto mapped = os::map(impl_bytes());
+  if (!mapped) return;  // every allocation will fail cleanly
+  impl_ = new (mapped.value()) impl();
+  init_impl(impl_, this, false);
+}
 
-general_allocator::general_allocator(global_tag) noexcept : impl_(new_impl()) {}
+general_allocator::general_allocator(global_tag) noexcept {
+  // The global instance's state lives in static storage: no system call can fail here, and
+  // nothing is ever destroyed, so it outlives every static destructor that frees memory.
+  alignas(impl) static unsigned char storage[sizeof(impl)];
+  impl_ = new (storage) impl();
+  init_impl(impl_, this, true);
+}
 
 general_allocator::~general_allocator() {
-  if (impl_ != nullptr) {
-    (void)os::release(impl_, detail::align_up(sizeof(impl), os::page_size()));
-  }
+  if (impl_ == nullptr) return;
+  impl_->release_everything();
+  if (impl_->key_created) (void)pthread_key_delete(impl_->key);
+  impl_->~impl();
+  (void)os::release(impl_, impl_bytes());
 }
 
 general_allocator& general_allocator::global() noexcept {
   alignas(general_allocator) static unsigned char storage[sizeof(general_allocator)];
-  static general_allocator* instance = new (storage) general_allocator(global_tag{});
+  static general_allocator* const instance = new (storage) general_allocator(global_tag{});
   return *instance;
 }
 
-void general_allocator::configure(const options& opts) noexcept { options_ = opts; }
+void general_allocator::configure(const options& opts) noexcept {
+  options_ = opts;
+  if (options_.stack_frames > max_stack_frames) options_.stack_frames = max_stack_frames;
+}
+
+// ---- allocation ---------------------------------------------------------------------------------
 
 void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexcept {
-  if (!detail::is_power_of_two(alignment) || size > max_allocation_size || impl_ == nullptr) return nullptr;
-  if (size == 0) size = 1;
-  if (alignment < alignof(std::max_align_t)) alignment = alignof(std::max_align_t);
-  const std::size_t offset = detail::align_up(sizeof(header), alignment);
-  const std::size_t bytes = detail::align_up(offset + size, os::page_size());
-  auto r = os::map(bytes);
-  if (!r) return nullptr;
-  char* p = static_cast<char*>(r.value()) + offset;
-  *header_of(p) = header{header_magic, r.value(), bytes, bytes - offset};
-  impl_->allocations.fetch_add(1, std::memory_order_relaxed);
-  std::size_t live = impl_->live.fetch_add(bytes - offset, std::memory_order_relaxed) + bytes - offset;
-  std::size_t peak = impl_->peak.load(std::memory_order_relaxed);
-  while (live > peak && !impl_->peak.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  impl* im = impl_;
+  // alignment - 1 < 16 with no common bit: 1, 2, 4, 8 or 16 (0 wraps around and is rejected).
+  if (MEMKIT_LIKELY(size - 1 < 1024 && alignment - 1 < default_alignment &&
+                    (alignment & (alignment - 1)) == 0 && !options_.debug && im != nullptr)) {
+    heap* h = current_heap(im);
+    if (MEMKIT_UNLIKELY(h == nullptr)) return nullptr;
+    const std::size_t cls = (size <= 8 && alignment <= 8) ? 0 : class_of(size);
+    page* pg = h->queues[0][cls].first;
+    if (MEMKIT_LIKELY(pg != nullptr)) {
+      block* b = pg->free;
+      if (MEMKIT_LIKELY(b != nullptr)) {
+        pg->free = b->next;
+        ++pg->used;
+        bump(h->counters[cls].allocations);
+        return b;
+      }
+    }
+    return im->allocate_slow(h, cls, false);
   }
-  impl_->mapped.fetch_add(bytes, std::memory_order_relaxed);
-  return p;
+  if (im == nullptr) return nullptr;
+  return im->allocate_generic(size, alignment, false);
 }
 
 void* general_allocator::allocate_zeroed(std::size_t size, std::size_t alignment) noexcept {
-  return allocate(size, alignment);  // fresh mappings are zero
+  if (impl_ == nullptr) return nullptr;
+  return impl_->allocate_generic(size, alignment, true);
+}
+
+void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept {
+  if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return nullptr;
+  if (size == 0) size = 1;
+  if (MEMKIT_UNLIKELY(size > max_allocation_size)) return nullptr;
+  if (self->options_.debug) {
+    void* p = debug_allocate(size, alignment);
+    if (p != nullptr && zeroed) std::memset(p, 0, size);
+    return p;
+  }
+  if (alignment <= max_class_alignment) {
+    const std::size_t need = alignment <= default_alignment ? size : detail::align_up(size, alignment);
+    if (need <= large_max) {
+      heap* h = current_heap(this);
+      if (h == nullptr) return nullptr;
+      const std::size_t cls = (need <= 8 && alignment <= 8) ? 0 : class_of(need);
+      void* p;
+      page* pg = h->queues[0][cls].first;
+      if (pg != nullptr && pg->free != nullptr) {
+        block* b = pg->free;
+        pg->free = b->next;
+        ++pg->used;
+        bump(h->counters[cls].allocations);
+        p = b;
+      } else {
+        p = allocate_slow(h, cls, false);
+      }
+      if (p != nullptr && zeroed) std::memset(p, 0, size);
+      return p;
+    }
+  }
+  return huge_allocate(size, alignment, zeroed);
+}
+
+// ---- free -----------------------------------------------------------------------------------------
+
+void general_allocator::impl::free_block(segment* s, page* pg, void* p) noexcept {
+  auto* b = static_cast<block*>(p);
+  if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id())) {
+    b->next = pg->free;
+    pg->free = b;
+    heap* h = s->owner.load(std::memory_order_relaxed);
+    bump(h->counters[pg->size_class].frees);
+    if (MEMKIT_UNLIKELY(--pg->used == 0 || pg->in_full)) free_local_slow(h, pg);
+    return;
+  }
+  if (s->kind == segment_kind::huge) {
+    huge_free(s);
+    return;
+  }
+  free_remote(s, pg, b);
 }
 
 void general_allocator::free(void* p) noexcept {
   if (p == nullptr) return;
-  header h = *header_of(p);
-  MEMKIT_CHECK(h.magic == header_magic, "general_allocator::free: pointer not from this allocator");
-  impl_->frees.fetch_add(1, std::memory_order_relaxed);
-  impl_->live.fetch_sub(h.usable, std::memory_order_relaxed);
-  impl_->mapped.fetch_sub(h.mapped, std::memory_order_relaxed);
-  (void)os::release(h.base, h.mapped);
+  impl* im = impl_;
+  if (MEMKIT_UNLIKELY(options_.debug)) {
+    im->debug_free(p);
+    return;
+  }
+  segment* s = segment_of(p);
+  page* pg = page_of(s, p);
+  if (MEMKIT_UNLIKELY(pg->debug)) {  // allocated while debug mode was on
+    im->debug_free(p);
+    return;
+  }
+  auto* b = static_cast<block*>(p);
+  if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id())) {
+    b->next = pg->free;
+    pg->free = b;
+    heap* h = s->owner.load(std::memory_order_relaxed);
+    bump(h->counters[pg->size_class].frees);
+    if (MEMKIT_UNLIKELY(--pg->used == 0 || pg->in_full)) im->free_local_slow(h, pg);
+    return;
+  }
+  if (s->kind == segment_kind::huge) {
+    im->huge_free(s);
+    return;
+  }
+  im->free_remote(s, pg, b);
 }
 
+// ---- sizes and resizing -----------------------------------------------------------------------------
+
 std::size_t general_allocator::usable_size(const void* p) const noexcept {
-  return p == nullptr ? 0 : header_of(p)->usable;
+  if (p == nullptr) return 0;
+  segment* s = segment_of(p);
+  page* pg = page_of(s, p);
+  if (pg->debug) return impl_->debug_usable_size(p);
+  if (s->kind == segment_kind::huge) return s->huge_size;
+  return pg->block_size;
 }
 
 std::size_t general_allocator::good_size(std::size_t size) const noexcept {
   if (size == 0) size = 1;
-  return size;
+  if (size > max_allocation_size) return size;
+  if (size <= large_max) return class_block_size(class_of(size));
+  const std::size_t page = os::page_size();
+  const std::size_t offset = detail::align_up(sizeof(segment), page);
+  return detail::align_up(offset + size, page) - offset;
+}
+
+bool general_allocator::impl::resize_in_place(void* p, std::size_t new_size) noexcept {
+  segment* s = segment_of(p);
+  page* pg = page_of(s, p);
+  if (pg->debug) return debug_resize(p, new_size);
+  if (s->kind == segment_kind::huge) return huge_resize(s, new_size);
+  return new_size <= pg->block_size;
 }
 
 void* general_allocator::reallocate_unsized(void* p, std::size_t new_size) noexcept {
@@ -112,67 +215,146 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size) noexc
 
 void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::size_t alignment) noexcept {
   if (p == nullptr) return allocate(new_size, alignment);
+  if (impl_ == nullptr || !detail::is_power_of_two(alignment)) return nullptr;
   if (new_size == 0) new_size = 1;
-  const std::size_t old = usable_size(p);
-  if (new_size <= old) return p;
-  void* fresh = allocate(new_size, alignment);
+  if (new_size > max_allocation_size) return nullptr;
+  const std::size_t old_size = usable_size(p);
+  segment* s = segment_of(p);
+  const bool huge = s->kind == segment_kind::huge;
+  // In place when it fits, unless a small block would keep more than twice what it needs.
+  if (new_size <= old_size && (huge || new_size >= old_size / 2 || old_size <= 16)) {
+    if (impl_->resize_in_place(p, new_size)) return p;
+  }
+  if (huge && new_size > old_size && impl_->resize_in_place(p, new_size)) return p;
+  void* fresh;
+  if (huge && new_size > old_size && !options_.debug) {
+    // A growing large block that could not grow in place: leave room to grow next time.
+    fresh = impl_->huge_allocate(new_size, alignment, false, new_size + new_size / 2);
+  } else {
+    fresh = allocate(new_size, alignment);
+  }
   if (fresh == nullptr) return nullptr;
-  std::memcpy(fresh, p, old);
+  std::memcpy(fresh, p, old_size < new_size ? old_size : new_size);
   free(p);
   return fresh;
 }
 
-bool general_allocator::owns(const void* p) const noexcept { return p != nullptr && false; }
-
-void general_allocator::purge() noexcept {}
-
-struct general_allocator::statistics general_allocator::statistics() const noexcept {
-  struct statistics s;
-  s.allocations = impl_->allocations.load();
-  s.frees = impl_->frees.load();
-  s.live_bytes = impl_->live.load();
-  s.peak_live_bytes = impl_->peak.load();
-  s.mapped_bytes = impl_->mapped.load();
-  s.resident_bytes = s.mapped_bytes;
-  return s;
+bool general_allocator::owns(const void* p) const noexcept {
+  if (p == nullptr || impl_ == nullptr) return false;
+  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t base = (address - 1) & ~segment_mask;
+  if (!segment_map_contains(base)) return false;
+  auto* s = reinterpret_cast<segment*>(base);
+  if (s->instance != impl_) return false;
+  const char* c = static_cast<const char*>(p);
+  if (s->kind == segment_kind::huge) {
+    return s->huge_live && c >= s->pages[0].start && c < s->pages[0].start + s->huge_size;
+  }
+  const page* pg = page_of(s, p);
+  if (!pg->in_use) return false;
+  return c >= pg->start && c < pg->start + static_cast<std::size_t>(pg->capacity) * pg->block_size;
 }
 
-void general_allocator::print_statistics(int fd) const noexcept {
-  auto s = statistics();
-  char line[256];
-  int n = std::snprintf(line, sizeof line, "memkit: live %zu bytes, peak %zu, %llu allocations, %llu frees\n",
-                        s.live_bytes, s.peak_live_bytes, static_cast<unsigned long long>(s.allocations),
-                        static_cast<unsigned long long>(s.frees));
-  if (n > 0) (void)!::write(fd, line, static_cast<std::size_t>(n));
+void general_allocator::purge() noexcept {
+  impl* im = impl_;
+  if (im == nullptr) return;
+  heap* h = im->is_global ? global_heap : static_cast<heap*>(pthread_getspecific(im->key));
+  const std::uint64_t now = now_ms();
+  if (h != nullptr) {
+    im->collect_heap(h, true);
+    im->purge_heap(h, now, true);
+  }
+  for (heap* other = im->heaps.load(std::memory_order_acquire); other != nullptr; other = other->next_registered) {
+    if (other != h) other->purge_requested.store(true, std::memory_order_relaxed);
+  }
+  im->purge_caches(now, true);
 }
 
-std::size_t general_allocator::report_leaks(int fd) const noexcept {
-  (void)fd;
-  return 0;
-}
-
-void general_allocator::prepare_fork() noexcept {}
-void general_allocator::after_fork_parent() noexcept {}
-void general_allocator::after_fork_child() noexcept {}
+// ---- the allocator interface ------------------------------------------------------------------------
 
 void* general_allocator::do_allocate(std::size_t size, std::size_t alignment) noexcept {
   return allocate(size, alignment);
 }
 
-void general_allocator::do_deallocate(void* p, std::size_t, std::size_t) noexcept { free(p); }
-
-bool general_allocator::do_resize(void* p, std::size_t, std::size_t new_size, std::size_t) noexcept {
-  return new_size <= usable_size(p);
+void general_allocator::do_deallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
+  (void)size;
+  (void)alignment;
+  free(p);
 }
 
-void* general_allocator::do_reallocate(void* p, std::size_t, std::size_t, std::size_t new_size,
-                                       std::size_t alignment) noexcept {
-  return reallocate_unsized(p, new_size, alignment);
+bool general_allocator::do_resize(void* p, std::size_t old_size, std::size_t new_size,
+                                  std::size_t alignment) noexcept {
+  (void)old_size;
+  (void)alignment;
+  if (impl_ == nullptr || new_size > max_allocation_size) return false;
+  return impl_->resize_in_place(p, new_size);
+}
+
+void* general_allocator::do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes,
+                                       std::size_t new_size, std::size_t alignment) noexcept {
+  if (do_resize(p, old_size, new_size, alignment)) return p;
+  void* fresh = allocate(new_size, alignment);
+  if (fresh == nullptr) return nullptr;
+  if (used_bytes != 0) std::memcpy(fresh, p, used_bytes);
+  free(p);
+  return fresh;
 }
 
 allocation general_allocator::do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept {
   void* p = allocate(size, alignment);
   return p == nullptr ? allocation{} : allocation{p, usable_size(p)};
+}
+
+// ---- fork and teardown --------------------------------------------------------------------------------
+
+void general_allocator::prepare_fork() noexcept {
+  if (impl_ != nullptr) impl_->lock.lock();
+}
+
+void general_allocator::after_fork_parent() noexcept {
+  if (impl_ != nullptr) impl_->lock.unlock();
+}
+
+void general_allocator::after_fork_child() noexcept {
+  impl* im = impl_;
+  if (im == nullptr) return;
+  im->lock.reset();
+  // The parent's other threads do not exist here. Their heaps may have been mid-update when the
+  // fork happened, so they are never adopted; marking them ownerless makes every free into them
+  // take the atomic cross-thread path, which is safe.
+  heap* mine = im->is_global ? global_heap : static_cast<heap*>(pthread_getspecific(im->key));
+  for (heap* h = im->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    if (h == mine) continue;
+    h->thread_id.store(0, std::memory_order_relaxed);
+    for (segment* s = h->segments; s != nullptr; s = s->next) s->thread_id.store(0, std::memory_order_relaxed);
+  }
+}
+
+void general_allocator::impl::release_everything() noexcept {
+  for (heap* h = heaps.load(std::memory_order_acquire); h != nullptr;) {
+    heap* next = h->next_registered;
+    for (segment* s = h->segments; s != nullptr;) {
+      segment* following = s->next;
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        if (s->pages[i].in_use && s->pages[i].debug) release_records(&s->pages[i]);
+      }
+      segment_map_set(s, false);
+      (void)os::release(s, segment_size);
+      s = following;
+    }
+    (void)os::release(h, detail::align_up(sizeof(heap), os::page_size()));
+    h = next;
+  }
+  heaps.store(nullptr, std::memory_order_relaxed);
+  for (segment* list : {cached, huge_cached, huge_live}) {
+    while (list != nullptr) {
+      segment* next = list->next;
+      segment_map_set(list, false);
+      (void)os::release(list, list->reserved_bytes);
+      list = next;
+    }
+  }
+  cached = huge_cached = huge_live = nullptr;
 }
 
 }  // namespace memkit

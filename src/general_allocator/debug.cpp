@@ -1,0 +1,367 @@
+// Debug mode: a record per block (requested size, state, stack traces) kept beside each page, the
+// checks made on allocation and free, and the reports. Every check costs O(1) per operation (a
+// division to find the block's index, a scan of the block's own bytes for the fill).
+//
+// Report format: one line naming the problem, then the relevant stack traces, each introduced by
+// an indented title, then abort() unless options::abort_on_error is false.
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "internal.hpp"
+#include "memkit/detail/stack_trace.hpp"
+#include "memkit/os.hpp"
+
+namespace memkit {
+using namespace gpa;
+
+namespace {
+
+void write_text(int fd, const char* text, std::size_t length) noexcept {
+  while (length != 0) {
+    const ssize_t written = ::write(fd, text, length);
+    if (written <= 0) return;
+    text += written;
+    length -= static_cast<std::size_t>(written);
+  }
+}
+
+void write_format(int fd, const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
+void write_format(int fd, const char* format, ...) noexcept {
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  const int length = std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  if (length > 0) write_text(fd, line, static_cast<std::size_t>(length) < sizeof line ? static_cast<std::size_t>(length) : sizeof line - 1);
+}
+
+debug_record* record_at(const page* pg, std::size_t index) noexcept {
+  return reinterpret_cast<debug_record*>(pg->records + index * pg->record_size);
+}
+
+void** alloc_frames_of(const page* pg, debug_record* r) noexcept {
+  (void)pg;
+  return reinterpret_cast<void**>(reinterpret_cast<unsigned char*>(r) + sizeof(debug_record));
+}
+
+void** free_frames_of(const page* pg, debug_record* r) noexcept {
+  return alloc_frames_of(pg, r) + pg->record_frames;
+}
+
+constexpr std::size_t report_skip = 2;  // capture_stack_trace's caller and the debug entry point
+
+struct current_trace {
+  void* frames[general_allocator::max_stack_frames];
+  std::size_t count = 0;
+};
+
+void section(int fd, const char* title, void* const* frames, std::size_t count, bool captured) noexcept {
+  write_format(fd, "  %s:\n", title);
+  if (!captured) {
+    static const char text[] = "    (stack traces not captured: options::capture_stack_traces is off)\n";
+    write_text(fd, text, sizeof text - 1);
+    return;
+  }
+  detail::print_stack_trace(fd, frames, count);
+}
+
+}  // namespace
+
+bool general_allocator::impl::setup_records(page* pg) noexcept {
+  const options& o = self->options_;
+  const std::size_t frames = o.capture_stack_traces ? o.stack_frames : 0;
+  const std::size_t record_size = detail::align_up(sizeof(debug_record) + 2 * frames * sizeof(void*), 8);
+  const std::size_t bytes = detail::align_up(pg->reserved * record_size, os::page_size());
+  auto mapped = os::map(bytes);
+  if (!mapped) return false;
+  pg->records = static_cast<unsigned char*>(mapped.value());
+  pg->records_bytes = bytes;
+  pg->record_size = static_cast<std::uint32_t>(record_size);
+  pg->record_frames = static_cast<std::uint32_t>(frames);
+  mapped_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
+}
+
+void general_allocator::impl::release_records(page* pg) noexcept {
+  if (pg->records == nullptr) return;
+  (void)os::release(pg->records, pg->records_bytes);
+  mapped_bytes.fetch_sub(pg->records_bytes, std::memory_order_relaxed);
+  pg->records = nullptr;
+  pg->records_bytes = 0;
+}
+
+void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alignment) noexcept {
+  const options& o = self->options_;
+  const std::size_t canary = o.canary_bytes;
+  const std::size_t frames = o.capture_stack_traces ? o.stack_frames : 0;
+  const std::size_t a = alignment < default_alignment ? default_alignment : alignment;
+  const std::size_t need = size + canary;
+  if (alignment <= max_class_alignment && need <= large_max && detail::align_up(need, a) <= large_max) {
+    heap* h = current_heap(this);
+    if (h == nullptr) return nullptr;
+    const std::size_t cls = class_of(detail::align_up(need, a));
+    void* p;
+    page* pg = h->queues[1][cls].first;
+    if (pg != nullptr && pg->free != nullptr) {
+      block* b = pg->free;
+      pg->free = b->next;
+      ++pg->used;
+      bump(h->counters[cls].allocations);
+      p = b;
+    } else {
+      p = allocate_slow(h, cls, true);
+      if (p == nullptr) return nullptr;
+    }
+    segment* s = segment_of(p);
+    pg = page_of(s, p);
+    const std::size_t bs = pg->block_size;
+    const std::size_t index = static_cast<std::size_t>(static_cast<char*>(p) - pg->start) / bs;
+    debug_record* r = record_at(pg, index);
+    auto* bytes = static_cast<unsigned char*>(p);
+    if (r->state == freed && o.fill_freed_memory) {
+      // The first word holds the free-list link; the rest must still be the fill.
+      for (std::size_t i = sizeof(block); i < bs; ++i) {
+        if (bytes[i] != freed_fill_byte) {
+          write_format(o.report_fd,
+                       "memkit: use after free: the %u-byte block at %p was written after it was freed "
+                       "(byte %zu is 0x%02x, expected 0x%02x)\n",
+                       static_cast<unsigned>(r->requested), p, i, bytes[i], freed_fill_byte);
+          section(o.report_fd, "allocated at", alloc_frames_of(pg, r), r->alloc_frames, frames != 0);
+          section(o.report_fd, "freed at", free_frames_of(pg, r), r->free_frames, frames != 0);
+          if (o.abort_on_error) std::abort();
+          break;
+        }
+      }
+    }
+    r->state = live;
+    r->requested = static_cast<std::uint32_t>(size);
+    r->free_frames = 0;
+    r->alloc_frames = static_cast<std::uint8_t>(
+        pg->record_frames != 0 ? detail::capture_stack_trace(alloc_frames_of(pg, r), pg->record_frames, report_skip) : 0);
+    std::memset(bytes + size, canary_byte, bs - size < canary ? bs - size : canary);
+    return p;
+  }
+  void* p = huge_allocate(size + canary, alignment, false);
+  if (p == nullptr) return nullptr;
+  segment* s = segment_of(p);
+  s->pages[0].debug = true;
+  s->huge_requested = size;
+  s->huge_alloc_frames = static_cast<std::uint8_t>(
+      frames != 0 ? detail::capture_stack_trace(s->huge_frames, frames, report_skip) : 0);
+  s->pages[0].record_frames = static_cast<std::uint32_t>(frames);
+  std::memset(static_cast<unsigned char*>(p) + size, canary_byte, canary);
+  return p;
+}
+
+void general_allocator::impl::report_foreign(const void* p, const char* what) noexcept {
+  const options& o = self->options_;
+  current_trace now;
+  if (o.capture_stack_traces) now.count = detail::capture_stack_trace(now.frames, o.stack_frames, report_skip);
+  write_format(o.report_fd, "memkit: %s: %p\n", what, p);
+  section(o.report_fd, "freed at", now.frames, now.count, o.capture_stack_traces);
+  if (o.abort_on_error) std::abort();
+}
+
+void general_allocator::impl::debug_free(void* p) noexcept {
+  const options& o = self->options_;
+  const int fd = o.report_fd;
+  const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(p) - 1) & ~segment_mask;
+  if (!segment_map_contains(base) || reinterpret_cast<segment*>(base)->instance != this) {
+    report_foreign(p, "free of a pointer this allocator did not allocate");
+    return;
+  }
+  auto* s = reinterpret_cast<segment*>(base);
+  auto* c = static_cast<unsigned char*>(p);
+  if (s->kind == segment_kind::huge) {
+    page& pg = s->pages[0];
+    const bool captured = pg.record_frames != 0;
+    if (!s->huge_live) {
+      current_trace now;
+      if (captured) now.count = detail::capture_stack_trace(now.frames, pg.record_frames, 1);
+      write_format(fd, "memkit: double free of %p (large block of %zu bytes)\n", p, s->huge_requested);
+      section(fd, "allocated at", s->huge_frames, s->huge_alloc_frames, captured);
+      section(fd, "first freed at", s->huge_frames + max_stack_frames, s->huge_free_frames, captured);
+      section(fd, "freed again at", now.frames, now.count, captured);
+      if (o.abort_on_error) std::abort();
+      return;
+    }
+    if (c != reinterpret_cast<unsigned char*>(pg.start)) {
+      write_format(fd, "memkit: free of an interior pointer %p (%zu bytes into the %zu-byte block at %p)\n", p,
+                   static_cast<std::size_t>(c - reinterpret_cast<unsigned char*>(pg.start)), s->huge_requested,
+                   static_cast<void*>(pg.start));
+      section(fd, "block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
+      if (o.abort_on_error) std::abort();
+      return;
+    }
+    if (pg.debug) {
+      for (std::size_t i = 0; i < o.canary_bytes && s->huge_requested + i < s->huge_size; ++i) {
+        if (c[s->huge_requested + i] != canary_byte) {
+          write_format(fd,
+                       "memkit: heap buffer overflow: the canary after the %zu-byte block at %p was "
+                       "overwritten (byte %zu past the end)\n",
+                       s->huge_requested, p, i);
+          section(fd, "block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
+          if (o.abort_on_error) std::abort();
+          break;
+        }
+      }
+      // Kept in the header while the block sits in the cache, for a later double-free report.
+      s->huge_free_frames = static_cast<std::uint8_t>(
+          captured ? detail::capture_stack_trace(s->huge_frames + max_stack_frames, pg.record_frames, 1) : 0);
+    }
+    huge_free(s);
+    return;
+  }
+  page* pg = page_of(s, p);
+  if (!pg->in_use || c < reinterpret_cast<unsigned char*>(pg->start)) {
+    report_foreign(p, "free of a pointer this allocator did not allocate");
+    return;
+  }
+  const std::size_t bs = pg->block_size;
+  const std::size_t offset = static_cast<std::size_t>(c - reinterpret_cast<unsigned char*>(pg->start));
+  const std::size_t index = offset / bs;
+  if (index >= pg->capacity) {
+    report_foreign(p, "free of a pointer this allocator did not allocate");
+    return;
+  }
+  if (!pg->debug) {  // a block from before debug mode was switched on: free it normally
+    if (offset % bs != 0) {
+      report_foreign(p, "free of an interior pointer");
+      return;
+    }
+    free_block(s, pg, p);
+    return;
+  }
+  debug_record* r = record_at(pg, index);
+  unsigned char* block_start = reinterpret_cast<unsigned char*>(pg->start) + index * bs;
+  const bool captured = pg->record_frames != 0;
+  if (offset % bs != 0) {
+    write_format(fd, "memkit: free of an interior pointer %p (%zu bytes into the %u-byte block at %p)\n", p,
+                 offset % bs, static_cast<unsigned>(r->requested), static_cast<void*>(block_start));
+    section(fd, "block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+    if (o.abort_on_error) std::abort();
+    return;
+  }
+  if (r->state != live) {
+    current_trace now;
+    if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, 1);
+    if (r->state == freed) {
+      write_format(fd, "memkit: double free of %p (block of %u bytes)\n", p, static_cast<unsigned>(r->requested));
+      section(fd, "allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+      section(fd, "first freed at", free_frames_of(pg, r), r->free_frames, captured);
+      section(fd, "freed again at", now.frames, now.count, captured);
+    } else {
+      write_format(fd, "memkit: free of a pointer this allocator did not allocate: %p\n", p);
+      section(fd, "freed at", now.frames, now.count, captured);
+    }
+    if (o.abort_on_error) std::abort();
+    return;
+  }
+  const std::size_t requested = r->requested;
+  const std::size_t canary_end = requested + o.canary_bytes < bs ? requested + o.canary_bytes : bs;
+  for (std::size_t i = requested; i < canary_end; ++i) {
+    if (c[i] != canary_byte) {
+      write_format(fd,
+                   "memkit: heap buffer overflow: the canary after the %zu-byte block at %p was overwritten "
+                   "(byte %zu past the end is 0x%02x)\n",
+                   requested, p, i - requested, c[i]);
+      section(fd, "block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+      if (o.abort_on_error) std::abort();
+      break;
+    }
+  }
+  r->state = freed;
+  r->free_frames = static_cast<std::uint8_t>(
+      captured ? detail::capture_stack_trace(free_frames_of(pg, r), pg->record_frames, 1) : 0);
+  if (o.fill_freed_memory) std::memset(c, freed_fill_byte, bs);
+  if (o.never_reuse_addresses) {
+    // Retire the address. The owner gives the page's memory back once every block is retired.
+    if (s->thread_id.load(std::memory_order_relaxed) == current_thread_id() && --pg->used == 0 &&
+        pg->capacity == pg->reserved) {
+      (void)os::discard(pg->start - (reinterpret_cast<std::uintptr_t>(pg->start) & 4095u),
+                        detail::align_down(page_area_bytes(pg), std::size_t{4096}));
+    }
+    return;
+  }
+  free_block(s, pg, p);
+}
+
+std::size_t general_allocator::impl::debug_usable_size(const void* p) const noexcept {
+  segment* s = segment_of(p);
+  if (s->kind == segment_kind::huge) return s->huge_requested;
+  page* pg = page_of(s, p);
+  const std::size_t index = static_cast<std::size_t>(static_cast<const char*>(p) - pg->start) / pg->block_size;
+  return record_at(pg, index)->requested;
+}
+
+bool general_allocator::impl::debug_resize(void* p, std::size_t new_size) noexcept {
+  const std::size_t canary = self->options_.canary_bytes;
+  segment* s = segment_of(p);
+  auto* c = static_cast<unsigned char*>(p);
+  if (s->kind == segment_kind::huge) {
+    if (!huge_resize(s, new_size + canary)) return false;
+    s->huge_requested = new_size;
+    std::memset(c + new_size, canary_byte, canary);
+    return true;
+  }
+  page* pg = page_of(s, p);
+  const std::size_t bs = pg->block_size;
+  if (new_size + canary > bs) return false;
+  const std::size_t index = static_cast<std::size_t>(static_cast<char*>(p) - pg->start) / bs;
+  record_at(pg, index)->requested = static_cast<std::uint32_t>(new_size);
+  std::memset(c + new_size, canary_byte, canary);
+  return true;
+}
+
+std::size_t general_allocator::report_leaks(int fd) const noexcept {
+  impl* im = impl_;
+  if (im == nullptr) return 0;
+  std::size_t count = 0;
+  std::size_t bytes = 0;
+  for (heap* h = im->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        page* pg = &s->pages[i];
+        if (!pg->in_use) continue;
+        if (!pg->debug) {
+          // No records: count the page's live blocks (blocks freed by other threads but not yet
+          // collected count as live).
+          if (pg->used != 0) {
+            write_format(fd, "memkit: %u live blocks of %u bytes in the page at %p (no debug records)\n",
+                         pg->used, pg->block_size, static_cast<void*>(pg->start));
+            count += pg->used;
+            bytes += static_cast<std::size_t>(pg->used) * pg->block_size;
+          }
+          continue;
+        }
+        for (std::size_t b = 0; b < pg->capacity; ++b) {
+          debug_record* r = record_at(pg, b);
+          if (r->state != live) continue;
+          ++count;
+          bytes += r->requested;
+          write_format(fd, "memkit: leak of %u bytes at %p\n", static_cast<unsigned>(r->requested),
+                       static_cast<void*>(pg->start + b * pg->block_size));
+          section(fd, "allocated at", alloc_frames_of(pg, r), r->alloc_frames, pg->record_frames != 0);
+        }
+      }
+    }
+  }
+  im->lock.lock();
+  for (segment* s = im->huge_live; s != nullptr; s = s->next) {
+    ++count;
+    const bool debug = s->pages[0].debug;
+    const std::size_t size = debug ? s->huge_requested : s->huge_size;
+    bytes += size;
+    write_format(fd, "memkit: leak of %zu bytes at %p (large block)\n", size, static_cast<void*>(s->pages[0].start));
+    if (debug) section(fd, "allocated at", s->huge_frames, s->huge_alloc_frames, s->pages[0].record_frames != 0);
+  }
+  im->lock.unlock();
+  if (count != 0) write_format(fd, "memkit: %zu leaks, %zu bytes in total\n", count, bytes);
+  return count;
+}
+
+}  // namespace memkit

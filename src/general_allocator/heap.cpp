@@ -1,0 +1,90 @@
+// Thread heaps: creation on a thread's first allocation, abandonment at thread exit and adoption,
+// whole, by the next thread that needs a heap (so the number of heaps never exceeds the number of
+// threads alive at once, and blocks still live in an exited thread's heap stay valid).
+#include <new>
+
+#include "internal.hpp"
+#include "memkit/os.hpp"
+
+namespace memkit {
+using namespace gpa;
+
+namespace gpa {
+thread_local heap* global_heap __attribute__((tls_model("initial-exec"))) = nullptr;
+}  // namespace gpa
+
+heap* general_allocator::impl::attach_heap() noexcept {
+  heap* h = nullptr;
+  {
+    lock_guard guard(lock);
+    if (abandoned != nullptr) {
+      h = abandoned;
+      abandoned = h->next_abandoned;
+      h->next_abandoned = nullptr;
+    }
+  }
+  const std::uintptr_t tid = current_thread_id();
+  if (h == nullptr) {
+    auto mapped = os::map(detail::align_up(sizeof(heap), os::page_size()));
+    if (!mapped) return nullptr;
+    h = new (mapped.value()) heap();
+    h->instance = this;
+    mapped_bytes.fetch_add(detail::align_up(sizeof(heap), os::page_size()), std::memory_order_relaxed);
+    resident_bytes.fetch_add(detail::align_up(sizeof(heap), os::page_size()), std::memory_order_relaxed);
+    h->thread_id.store(tid, std::memory_order_relaxed);
+    lock_guard guard(lock);
+    h->next_registered = heaps.load(std::memory_order_relaxed);
+    heaps.store(h, std::memory_order_release);
+    heap_count.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    h->thread_id.store(tid, std::memory_order_relaxed);
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      s->thread_id.store(tid, std::memory_order_relaxed);
+    }
+  }
+  if (is_global) global_heap = h;
+  // The key's destructor abandons the heap at thread exit. glibc's first 32 keys need no memory;
+  // beyond them pthread_setspecific may allocate, which finds global_heap already set.
+  if (key_created) (void)pthread_setspecific(key, h);
+  // Adopted pages may have been freed into meanwhile.
+  collect_heap(h, false);
+  return h;
+}
+
+void general_allocator::impl::collect_heap(heap* h, bool everything) noexcept {
+  drain_notified(h);
+  for (segment* s = h->segments, *next = nullptr; s != nullptr; s = next) {
+    next = s->next;
+    for (unsigned i = 0; i < s->page_count; ++i) {
+      page* pg = &s->pages[i];
+      if (!pg->in_use) continue;
+      collect_page(h, pg);
+      if (pg->in_full && pg->free != nullptr) {
+        pg->in_full = false;
+        queue_push_front(queue_of(h, pg), pg);
+        std::uintptr_t expected = tf_notify;
+        pg->thread_free.compare_exchange_strong(expected, tf_normal, std::memory_order_acq_rel,
+                                                std::memory_order_relaxed);
+      }
+      if (everything && pg->used == 0 && !pg->in_full &&
+          pg->thread_free.load(std::memory_order_relaxed) == 0) {
+        // Releasing can release the segment too; `next` was read before.
+        const bool last_page = s->used_pages == 1;
+        release_page(h, pg);
+        if (last_page) break;
+      }
+    }
+  }
+}
+
+void general_allocator::impl::abandon_heap(heap* h) noexcept {
+  collect_heap(h, true);
+  purge_heap(h, now_ms(), true);
+  h->thread_id.store(0, std::memory_order_relaxed);
+  for (segment* s = h->segments; s != nullptr; s = s->next) s->thread_id.store(0, std::memory_order_relaxed);
+  lock_guard guard(lock);
+  h->next_abandoned = abandoned;
+  abandoned = h;
+}
+
+}  // namespace memkit

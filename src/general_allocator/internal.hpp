@@ -1,0 +1,382 @@
+// Internal data structures of memkit::general_allocator, shared by the files of this folder.
+//
+// Memory hierarchy (the model is mimalloc):
+//   segment  4 MiB of address space reserved at a 4 MiB-aligned address. Its first 64 KiB hold the
+//            segment header and the page descriptors, so any pointer into the segment finds them
+//            by masking. A segment belongs to one thread heap. Large allocations get a segment of
+//            their own ("huge" kind) sized to fit.
+//   page     a run of the segment (64 KiB small, 512 KiB medium, the whole segment for large) cut
+//            into blocks of one size class; it keeps its free blocks in an intrusive list.
+//   heap     one per thread: for each size class a queue of pages with free blocks. Full pages
+//            leave the queue and come back when a block of theirs is freed.
+//
+// Cross-thread frees push onto the page's atomic thread_free list, whose two low bits carry a
+// notification state: a full page (not in any queue) asks to be notified; the first remote free
+// after that also pushes the page onto its heap's notified stack, so the owner finds it in O(1).
+#pragma once
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "memkit/detail/config.hpp"
+#include "memkit/general_allocator.hpp"
+
+namespace memkit::gpa {
+
+// ---- geometry ---------------------------------------------------------------------------------
+
+inline constexpr unsigned segment_shift = 22;
+inline constexpr std::size_t segment_size = std::size_t{1} << segment_shift;  // 4 MiB
+inline constexpr std::uintptr_t segment_mask = segment_size - 1;
+inline constexpr std::size_t segment_header_bytes = std::size_t{64} << 10;  // first 64 KiB
+inline constexpr std::size_t max_pages_per_segment = 64;
+
+enum class segment_kind : std::uint8_t { small, medium, large, huge };
+inline constexpr unsigned page_kind_count = 3;  // small, medium, large
+inline constexpr unsigned page_shift_of[page_kind_count] = {16, 19, 22};
+
+// ---- size classes (size_classes.cpp) ----------------------------------------------------------
+// Class 0 is 8 bytes, 1..8 are 16..128 in steps of 16, then four classes per power of two up to
+// 512 KiB. Every class but 0 is a multiple of 16, and a request aligned up to A (A <= 64 KiB) lands
+// in a class whose blocks are A-aligned (see size_classes.cpp).
+
+inline constexpr std::size_t class_count = 57;
+inline constexpr std::size_t small_max = std::size_t{8} << 10;    // small pages serve up to this
+inline constexpr std::size_t medium_max = std::size_t{64} << 10;  // medium pages up to this
+inline constexpr std::size_t large_max = std::size_t{512} << 10;  // larger: own mapping
+inline constexpr std::size_t max_class_alignment = std::size_t{64} << 10;
+static_assert(class_count <= general_allocator::max_size_classes);
+
+// Block size of class `c`.
+constexpr std::size_t class_block_size(std::size_t c) noexcept {
+  if (c == 0) return 8;
+  if (c <= 8) return c * 16;
+  const std::size_t j = c - 9;
+  const std::size_t b = 7 + j / 4;
+  return (std::size_t{1} << b) + (j % 4 + 1) * (std::size_t{1} << (b - 2));
+}
+
+// The class of a request of `size` bytes (1 <= size <= large_max) needing 16-byte alignment at
+// most (8 when `size` <= 8 and alignment <= 8).
+inline std::size_t class_of(std::size_t size) noexcept {
+  if (size <= 128) return (size + 15) >> 4;
+  const std::size_t w = size - 1;
+  const unsigned b = 63u - static_cast<unsigned>(__builtin_clzll(w));
+  return 9 + (b - 7) * 4 + ((w >> (b - 2)) & 3);
+}
+
+inline segment_kind kind_of_class(std::size_t c) noexcept {
+  const std::size_t bs = class_block_size(c);
+  return bs <= small_max ? segment_kind::small
+                         : bs <= medium_max ? segment_kind::medium : segment_kind::large;
+}
+
+// ---- small utilities --------------------------------------------------------------------------
+
+// A lock for the rare global paths (segment cache, heap registry, large blocks). No malloc, and
+// resettable in a forked child.
+class spin_lock {
+ public:
+  void lock() noexcept {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      while (locked_.load(std::memory_order_relaxed)) sched_yield();
+    }
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+  void reset() noexcept { locked_.store(false, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+class lock_guard {
+ public:
+  explicit lock_guard(spin_lock& l) noexcept : lock_(l) { lock_.lock(); }
+  ~lock_guard() { lock_.unlock(); }
+  lock_guard(const lock_guard&) = delete;
+  lock_guard& operator=(const lock_guard&) = delete;
+
+ private:
+  spin_lock& lock_;
+};
+
+// Milliseconds of a coarse monotonic clock (a few ns to read; only slow paths read it).
+std::uint64_t now_ms() noexcept;
+
+// ---- blocks, pages, segments, heaps ------------------------------------------------------------
+
+struct block {
+  block* next;
+};
+
+struct heap;
+struct segment;
+
+// Notification states in the low bits of page::thread_free.
+inline constexpr std::uintptr_t tf_normal = 0;    // owner knows where the page is
+inline constexpr std::uintptr_t tf_notify = 1;    // page is full: the next remote free notifies
+inline constexpr std::uintptr_t tf_notified = 2;  // page is (being) pushed on the notified stack
+inline constexpr std::uintptr_t tf_state_mask = 3;
+
+// Debug record of one block, followed in memory by 2 * frames trace slots.
+struct debug_record {
+  std::uint32_t requested;     // bytes asked for
+  std::uint8_t state;          // record_state
+  std::uint8_t alloc_frames;   // frames captured at allocation
+  std::uint8_t free_frames;    // frames captured at the first free
+  std::uint8_t reserved_;
+};
+enum record_state : std::uint8_t { never_used = 0, live = 1, freed = 2 };
+
+struct page {
+  block* free = nullptr;            // blocks ready to hand out (owner only)
+  std::uint32_t used = 0;           // blocks handed out and not collected back
+  std::uint32_t capacity = 0;       // blocks carved from the page so far
+  std::uint32_t reserved = 0;       // blocks that fit in the page
+  std::uint32_t block_size = 0;     // bytes per block
+  std::uint8_t size_class = 0;
+  bool in_use = false;              // holds blocks of a class (else free in its segment)
+  bool in_full = false;             // taken out of its queue because it had no free block
+  bool debug = false;               // blocks carry debug records
+  bool purged = true;               // memory returned to the OS since last use
+  bool on_purge_list = false;
+  std::uint8_t index = 0;           // position in its segment
+  char* start = nullptr;            // first block
+  char* area_end = nullptr;         // end of the page's memory
+  page* next = nullptr;             // queue (in use) or purge list (free)
+  page* prev = nullptr;
+  std::atomic<std::uintptr_t> thread_free{0};  // blocks freed by other threads | tf_* state
+  page* notify_next = nullptr;      // link on the heap's notified stack
+  unsigned char* records = nullptr; // debug records (debug pages only), from the os layer
+  std::size_t records_bytes = 0;
+  std::uint32_t record_size = 0;
+  std::uint32_t record_frames = 0;
+  std::size_t touched_bytes = 0;    // bytes of the page that may be resident
+  std::uint64_t free_since_ms = 0;  // when it became free (purge delay)
+};
+
+struct segment {
+  std::atomic<std::uintptr_t> thread_id{0};  // owning thread (0: none, or a huge segment)
+  std::atomic<heap*> owner{nullptr};         // owning heap
+  general_allocator::impl* instance = nullptr;
+  segment_kind kind = segment_kind::small;
+  std::uint8_t page_shift = 0;
+  std::uint8_t page_count = 0;
+  bool in_free_list = false;
+  std::uint32_t used_pages = 0;
+  std::uint64_t free_mask = 0;      // pages not in use
+  std::size_t reserved_bytes = 0;   // size of the reservation starting at this header
+  segment* next = nullptr;          // heap's segment list, or the cache
+  segment* prev = nullptr;
+  segment* free_next = nullptr;     // heap's list of segments with free pages of this kind
+  segment* free_prev = nullptr;
+  // Huge (large allocation) segments only:
+  std::size_t huge_offset = 0;      // from the header to the block
+  std::size_t huge_size = 0;        // usable bytes of the block
+  std::size_t huge_requested = 0;   // bytes asked for (debug mode)
+  bool huge_live = false;
+  bool huge_fresh = false;          // block memory untouched since the OS gave it (zero)
+  std::uint64_t cached_since_ms = 0;
+  void* huge_frames[2 * general_allocator::max_stack_frames];
+  std::uint8_t huge_alloc_frames = 0;
+  std::uint8_t huge_free_frames = 0;
+  page pages[max_pages_per_segment];
+};
+static_assert(sizeof(segment) <= segment_header_bytes, "segment header must fit in 64 KiB");
+
+struct page_queue {
+  page* first = nullptr;
+  page* last = nullptr;
+};
+
+struct class_counters {
+  std::atomic<std::uint64_t> allocations{0};
+  std::atomic<std::uint64_t> frees{0};
+  std::atomic<std::uint64_t> pages{0};
+};
+
+// Adds to a counter only its owner writes: a plain load and store, no locked instruction, but
+// still an atomic so that statistics() may read it from another thread.
+inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noexcept {
+  counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+
+struct heap {
+  std::atomic<std::uintptr_t> thread_id{0};
+  general_allocator::impl* instance = nullptr;
+  page_queue queues[2][class_count];  // [debug][class]
+  std::atomic<page*> notified{nullptr};
+  segment* free_segments[page_kind_count] = {};  // segments with a free page, per kind
+  segment* segments = nullptr;                     // every segment of this heap
+  page* purge_first = nullptr;                     // free, not yet purged pages, oldest first
+  page* purge_last = nullptr;
+  std::size_t retained_bytes = 0;                  // touched bytes of free pages not purged
+  std::atomic<bool> purge_requested{false};
+  heap* next_registered = nullptr;
+  heap* next_abandoned = nullptr;
+  class_counters counters[class_count];
+};
+
+// The per-instance state.
+}  // namespace memkit::gpa
+
+namespace memkit {
+
+struct general_allocator::impl {
+  general_allocator* self = nullptr;
+  bool is_global = false;
+  pthread_key_t key{};
+  bool key_created = false;
+
+  gpa::spin_lock lock;                            // guards everything below
+  std::atomic<gpa::heap*> heaps{nullptr};         // registry, never shrinks
+  gpa::heap* abandoned = nullptr;
+  gpa::segment* cached = nullptr;                 // empty 4 MiB segments
+  std::size_t cached_count = 0;
+  gpa::segment* huge_cached = nullptr;            // freed large blocks kept for reuse
+  std::atomic<std::size_t> huge_cached_count{0};
+  std::size_t huge_cached_bytes = 0;
+  gpa::segment* huge_live = nullptr;              // live large blocks (leak reports)
+
+  std::atomic<std::size_t> mapped_bytes{0};
+  std::atomic<std::size_t> resident_bytes{0};
+  std::atomic<std::size_t> in_use_bytes{0};       // pages in use + live large blocks
+  std::atomic<std::size_t> peak_in_use_bytes{0};
+  std::atomic<std::size_t> retained_bytes{0};     // empty memory not yet purged (all heaps)
+  std::atomic<std::uint64_t> large_allocations{0};
+  std::atomic<std::uint64_t> large_frees{0};
+  std::atomic<std::size_t> large_live_bytes{0};
+  std::atomic<std::size_t> heap_count{0};
+
+  // heap.cpp
+  gpa::heap* attach_heap() noexcept;
+  void abandon_heap(gpa::heap* h) noexcept;
+  void collect_heap(gpa::heap* h, bool everything) noexcept;
+  // page.cpp
+  void* allocate_slow(gpa::heap* h, std::size_t cls, bool debug) noexcept;
+  void free_local_slow(gpa::heap* h, gpa::page* pg) noexcept;
+  void free_remote(gpa::segment* s, gpa::page* pg, gpa::block* b) noexcept;
+  void drain_notified(gpa::heap* h) noexcept;
+  void collect_page(gpa::heap* h, gpa::page* pg) noexcept;
+  void release_page(gpa::heap* h, gpa::page* pg) noexcept;
+  // segment.cpp
+  gpa::page* acquire_page(gpa::heap* h, std::size_t cls, bool debug) noexcept;
+  gpa::segment* acquire_segment(gpa::heap* h, gpa::segment_kind kind) noexcept;
+  void release_segment(gpa::heap* h, gpa::segment* s) noexcept;
+  void purge_heap(gpa::heap* h, std::uint64_t now, bool everything) noexcept;
+  void purge_caches(std::uint64_t now, bool everything) noexcept;
+  void note_in_use(std::ptrdiff_t delta) noexcept;
+  // large.cpp
+  void* huge_allocate(std::size_t size, std::size_t alignment, bool zeroed,
+                      std::size_t reserve_hint = 0) noexcept;
+  void huge_free(gpa::segment* s) noexcept;
+  bool huge_resize(gpa::segment* s, std::size_t new_size) noexcept;
+  // debug.cpp
+  void* debug_allocate(std::size_t size, std::size_t alignment) noexcept;
+  void debug_free(void* p) noexcept;
+  std::size_t debug_usable_size(const void* p) const noexcept;
+  bool debug_resize(void* p, std::size_t new_size) noexcept;
+  bool setup_records(gpa::page* pg) noexcept;
+  void release_records(gpa::page* pg) noexcept;
+  void report_foreign(const void* p, const char* what) noexcept;
+  // general_allocator.cpp
+  void* allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept;
+  void free_block(gpa::segment* s, gpa::page* pg, void* p) noexcept;
+  bool resize_in_place(void* p, std::size_t new_size) noexcept;
+  void release_everything() noexcept;
+};
+
+}  // namespace memkit
+
+namespace memkit::gpa {
+
+// ---- the segment map (segment.cpp): one bit per 4 MiB of address space, set for segments this
+// process's general allocators reserved, so owns() and debug mode never dereference a foreign
+// pointer. In .bss; untouched parts cost nothing.
+inline constexpr unsigned address_bits = 48;
+inline constexpr std::size_t segment_map_words = (std::size_t{1} << (address_bits - segment_shift)) / 64;
+extern std::atomic<std::uint64_t> segment_map[segment_map_words];
+
+inline bool segment_map_contains(std::uintptr_t segment_address) noexcept {
+  const std::uintptr_t index = segment_address >> segment_shift;
+  if (index / 64 >= segment_map_words) return false;
+  return (segment_map[index / 64].load(std::memory_order_relaxed) >> (index % 64)) & 1u;
+}
+void segment_map_set(const segment* s, bool present) noexcept;
+
+// The segment of a block pointer. p - 1 so that a block starting exactly at a 4 MiB boundary (a
+// large block aligned to 4 MiB) maps to the header placed just before it.
+inline segment* segment_of(const void* p) noexcept {
+  return reinterpret_cast<segment*>((reinterpret_cast<std::uintptr_t>(p) - 1) & ~segment_mask);
+}
+
+// The page of a block pointer: a shift (huge segments use shift 63, so always page 0).
+inline page* page_of(segment* s, const void* p) noexcept {
+  const std::uintptr_t offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(s);
+  return &s->pages[offset >> s->page_shift];
+}
+
+// The calling thread's heap of the global instance (null until its first allocation).
+extern thread_local heap* global_heap __attribute__((tls_model("initial-exec")));
+
+// A value unique to each live thread, cheap to read: the address of its global_heap slot.
+inline std::uintptr_t current_thread_id() noexcept {
+  return reinterpret_cast<std::uintptr_t>(&global_heap);
+}
+
+inline heap* current_heap(general_allocator::impl* im) noexcept {
+  heap* h;
+  if (MEMKIT_LIKELY(im->is_global)) {
+    h = global_heap;
+  } else {
+    h = static_cast<heap*>(pthread_getspecific(im->key));
+  }
+  if (MEMKIT_LIKELY(h != nullptr)) return h;
+  return im->attach_heap();
+}
+
+// Queue operations (owner only).
+inline void queue_push_front(page_queue& q, page* pg) noexcept {
+  pg->prev = nullptr;
+  pg->next = q.first;
+  if (q.first != nullptr) q.first->prev = pg;
+  else q.last = pg;
+  q.first = pg;
+}
+inline void queue_remove(page_queue& q, page* pg) noexcept {
+  if (pg->prev != nullptr) pg->prev->next = pg->next;
+  else q.first = pg->next;
+  if (pg->next != nullptr) pg->next->prev = pg->prev;
+  else q.last = pg->prev;
+  pg->next = pg->prev = nullptr;
+}
+
+inline page_queue& queue_of(heap* h, const page* pg) noexcept {
+  return h->queues[pg->debug ? 1 : 0][pg->size_class];
+}
+
+}  // namespace memkit::gpa
+
+namespace memkit::gpa {
+
+// Carves more blocks from the page's untouched tail onto its free list (page.cpp).
+void extend_page(general_allocator::impl* im, page* pg) noexcept;
+
+// The segment holding a page descriptor.
+inline segment* segment_of_page(const page* pg) noexcept {
+  return reinterpret_cast<segment*>(reinterpret_cast<std::uintptr_t>(pg) & ~segment_mask);
+}
+
+// Bytes of a page's memory area.
+inline std::size_t page_area_bytes(const page* pg) noexcept {
+  return static_cast<std::size_t>(pg->area_end - pg->start);
+}
+
+// Header bytes of a segment that are touched (its descriptors), for resident estimates.
+std::size_t segment_header_touched() noexcept;
+
+}  // namespace memkit::gpa

@@ -1,0 +1,253 @@
+// Segments: 4 MiB-aligned reservations cut into pages, the process-wide segment map, the cache of
+// empty segments, and purging (returning the memory of empty pages to the OS).
+#include <time.h>
+
+#include <new>
+
+#include "internal.hpp"
+#include "memkit/os.hpp"
+
+namespace memkit {
+using namespace gpa;
+
+namespace gpa {
+
+std::atomic<std::uint64_t> segment_map[segment_map_words];
+
+void segment_map_set(const segment* s, bool present) noexcept {
+  const std::uintptr_t index = reinterpret_cast<std::uintptr_t>(s) >> segment_shift;
+  if (index / 64 >= segment_map_words) return;
+  const std::uint64_t bit = std::uint64_t{1} << (index % 64);
+  if (present) segment_map[index / 64].fetch_or(bit, std::memory_order_relaxed);
+  else segment_map[index / 64].fetch_and(~bit, std::memory_order_relaxed);
+}
+
+std::uint64_t now_ms() noexcept {
+  timespec ts{};
+#if defined(CLOCK_MONOTONIC_COARSE)
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+#else
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000u + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000u;
+}
+
+std::size_t segment_header_touched() noexcept { return detail::align_up(sizeof(segment), std::size_t{4096}); }
+
+namespace {
+
+constexpr std::size_t max_cached_segments = 8;
+
+void purge_list_remove(heap* h, page* pg) noexcept {
+  if (pg->prev != nullptr) pg->prev->next = pg->next;
+  else h->purge_first = pg->next;
+  if (pg->next != nullptr) pg->next->prev = pg->prev;
+  else h->purge_last = pg->prev;
+  pg->next = pg->prev = nullptr;
+  pg->on_purge_list = false;
+}
+
+void free_list_remove(heap* h, segment* s) noexcept {
+  const unsigned k = static_cast<unsigned>(s->kind);
+  if (s->free_prev != nullptr) s->free_prev->free_next = s->free_next;
+  else h->free_segments[k] = s->free_next;
+  if (s->free_next != nullptr) s->free_next->free_prev = s->free_prev;
+  s->free_next = s->free_prev = nullptr;
+  s->in_free_list = false;
+}
+
+}  // namespace
+}  // namespace gpa
+
+void general_allocator::impl::note_in_use(std::ptrdiff_t delta) noexcept {
+  const std::size_t now = in_use_bytes.fetch_add(static_cast<std::size_t>(delta), std::memory_order_relaxed) +
+                          static_cast<std::size_t>(delta);
+  if (delta <= 0) return;
+  std::size_t peak = peak_in_use_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !peak_in_use_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) noexcept {
+  segment* s = nullptr;
+  {
+    lock_guard guard(lock);
+    if (cached != nullptr) {
+      s = cached;
+      cached = s->next;
+      --cached_count;
+    }
+  }
+  if (s == nullptr) {
+    auto reserved = os::reserve_aligned(segment_size, segment_size);
+    if (!reserved) return nullptr;
+    if (!os::commit(reserved.value(), segment_size)) {
+      (void)os::release(reserved.value(), segment_size);
+      return nullptr;
+    }
+    s = static_cast<segment*>(reserved.value());
+    mapped_bytes.fetch_add(segment_size, std::memory_order_relaxed);
+    resident_bytes.fetch_add(segment_header_touched(), std::memory_order_relaxed);
+    segment_map_set(s, true);
+  }
+  new (s) segment();
+  const unsigned k = static_cast<unsigned>(kind);
+  s->instance = this;
+  s->kind = kind;
+  s->page_shift = static_cast<std::uint8_t>(page_shift_of[k]);
+  s->page_count = static_cast<std::uint8_t>(segment_size >> page_shift_of[k]);
+  s->reserved_bytes = segment_size;
+  char* base = reinterpret_cast<char*>(s);
+  for (unsigned i = 0; i < s->page_count; ++i) {
+    page& pg = s->pages[i];
+    const std::size_t begin = std::size_t{i} << s->page_shift;
+    pg.index = static_cast<std::uint8_t>(i);
+    pg.start = base + (begin < segment_header_bytes ? segment_header_bytes : begin);
+    pg.area_end = base + ((std::size_t{i} + 1) << s->page_shift);
+    if (pg.start < pg.area_end) s->free_mask |= std::uint64_t{1} << i;
+  }
+  s->owner.store(h, std::memory_order_release);
+  s->thread_id.store(h->thread_id.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  s->prev = nullptr;
+  s->next = h->segments;
+  if (h->segments != nullptr) h->segments->prev = s;
+  h->segments = s;
+  s->in_free_list = true;
+  s->free_next = h->free_segments[k];
+  if (s->free_next != nullptr) s->free_next->free_prev = s;
+  h->free_segments[k] = s;
+  return s;
+}
+
+void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
+  std::size_t retained = 0;
+  for (unsigned i = 0; i < s->page_count; ++i) {
+    page& pg = s->pages[i];
+    if (pg.on_purge_list) {
+      purge_list_remove(h, &pg);
+      retained += pg.touched_bytes;
+    }
+  }
+  h->retained_bytes -= retained;
+  retained_bytes.fetch_sub(retained, std::memory_order_relaxed);
+  if (s->in_free_list) free_list_remove(h, s);
+  if (s->prev != nullptr) s->prev->next = s->next;
+  else h->segments = s->next;
+  if (s->next != nullptr) s->next->prev = s->prev;
+  s->thread_id.store(0, std::memory_order_relaxed);
+  s->owner.store(nullptr, std::memory_order_relaxed);
+  if (retained != 0) {
+    (void)os::discard(reinterpret_cast<char*>(s) + segment_header_bytes, segment_size - segment_header_bytes);
+    resident_bytes.fetch_sub(retained, std::memory_order_relaxed);
+  }
+  {
+    lock_guard guard(lock);
+    if (cached_count < max_cached_segments) {
+      s->next = cached;
+      cached = s;
+      ++cached_count;
+      return;
+    }
+  }
+  segment_map_set(s, false);
+  (void)os::release(s, segment_size);
+  mapped_bytes.fetch_sub(segment_size, std::memory_order_relaxed);
+  resident_bytes.fetch_sub(segment_header_touched(), std::memory_order_relaxed);
+}
+
+page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug) noexcept {
+  const segment_kind kind = kind_of_class(cls);
+  const unsigned k = static_cast<unsigned>(kind);
+  segment* s = h->free_segments[k];
+  if (s == nullptr) {
+    s = acquire_segment(h, kind);
+    if (s == nullptr) return nullptr;
+  }
+  const unsigned index = static_cast<unsigned>(__builtin_ctzll(s->free_mask));
+  page* pg = &s->pages[index];
+  if (pg->on_purge_list) {
+    purge_list_remove(h, pg);
+    h->retained_bytes -= pg->touched_bytes;
+    retained_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
+  }
+  const std::size_t bs = class_block_size(cls);
+  pg->size_class = static_cast<std::uint8_t>(cls);
+  pg->block_size = static_cast<std::uint32_t>(bs);
+  pg->reserved = static_cast<std::uint32_t>(page_area_bytes(pg) / bs);
+  pg->capacity = 0;
+  pg->used = 0;
+  pg->free = nullptr;
+  pg->thread_free.store(0, std::memory_order_relaxed);
+  pg->in_full = false;
+  pg->debug = debug;
+  pg->next = pg->prev = nullptr;
+  if (debug && !setup_records(pg)) return nullptr;
+  pg->in_use = true;
+  s->free_mask &= ~(std::uint64_t{1} << index);
+  ++s->used_pages;
+  if (s->free_mask == 0) free_list_remove(h, s);
+  bump(h->counters[cls].pages);
+  note_in_use(static_cast<std::ptrdiff_t>(page_area_bytes(pg)));
+  extend_page(this, pg);
+  return pg;
+}
+
+void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everything) noexcept {
+  const std::uint64_t delay = self->options_.purge_delay_ms;
+  const std::size_t limit = self->options_.retained_limit;
+  while (page* pg = h->purge_first) {
+    if (!everything && now - pg->free_since_ms < delay &&
+        retained_bytes.load(std::memory_order_relaxed) <= limit) {
+      break;
+    }
+    purge_list_remove(h, pg);
+    (void)os::discard(pg->start - (reinterpret_cast<std::uintptr_t>(pg->start) & 4095u),
+                      detail::align_up(page_area_bytes(pg), std::size_t{4096}));
+    h->retained_bytes -= pg->touched_bytes;
+    retained_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
+    resident_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
+    pg->touched_bytes = 0;
+    pg->purged = true;
+  }
+}
+
+void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) noexcept {
+  const std::uint64_t delay = self->options_.purge_delay_ms;
+  segment* to_release = nullptr;
+  {
+    lock_guard guard(lock);
+    segment** link = &huge_cached;
+    while (segment* s = *link) {
+      if (everything || now - s->cached_since_ms >= delay) {
+        *link = s->next;
+        --huge_cached_count;
+        huge_cached_bytes -= s->reserved_bytes;
+        retained_bytes.fetch_sub(s->reserved_bytes, std::memory_order_relaxed);
+        s->next = to_release;
+        to_release = s;
+      } else {
+        link = &s->next;
+      }
+    }
+    if (everything) {
+      while (segment* s = cached) {
+        cached = s->next;
+        --cached_count;
+        s->next = to_release;
+        to_release = s;
+      }
+    }
+  }
+  while (segment* s = to_release) {
+    to_release = s->next;
+    const std::size_t bytes = s->reserved_bytes;
+    const bool huge = s->kind == segment_kind::huge;
+    mapped_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    resident_bytes.fetch_sub(huge ? s->pages[0].touched_bytes : segment_header_touched(),
+                             std::memory_order_relaxed);
+    segment_map_set(s, false);
+    (void)os::release(s, bytes);
+  }
+}
+
+}  // namespace memkit

@@ -1,0 +1,91 @@
+// Statistics: per-heap counters summed on demand (the fast paths only bump counters of their own
+// heap, with no locked instruction), and their text form, written without malloc.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "internal.hpp"
+
+namespace memkit {
+using namespace gpa;
+
+struct general_allocator::statistics general_allocator::statistics() const noexcept {
+  struct statistics s;
+  impl* im = impl_;
+  s.size_class_count = class_count;
+  for (std::size_t c = 0; c < class_count; ++c) s.size_classes[c].block_size = class_block_size(c);
+  if (im == nullptr) return s;
+  for (heap* h = im->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    ++s.heaps;
+    for (std::size_t c = 0; c < class_count; ++c) {
+      s.size_classes[c].allocations += h->counters[c].allocations.load(std::memory_order_relaxed);
+      s.size_classes[c].frees += h->counters[c].frees.load(std::memory_order_relaxed);
+      s.size_classes[c].pages += static_cast<std::size_t>(h->counters[c].pages.load(std::memory_order_relaxed));
+    }
+  }
+  for (std::size_t c = 0; c < class_count; ++c) {
+    auto& k = s.size_classes[c];
+    k.live_blocks = k.allocations >= k.frees ? k.allocations - k.frees : 0;
+    s.allocations += k.allocations;
+    s.frees += k.frees;
+    s.live_bytes += static_cast<std::size_t>(k.live_blocks) * k.block_size;
+  }
+  s.large_allocations = im->large_allocations.load(std::memory_order_relaxed);
+  s.large_frees = im->large_frees.load(std::memory_order_relaxed);
+  s.large_live_bytes = im->large_live_bytes.load(std::memory_order_relaxed);
+  s.allocations += s.large_allocations;
+  s.frees += s.large_frees;
+  s.live_bytes += s.large_live_bytes;
+  const std::size_t peak = im->peak_in_use_bytes.load(std::memory_order_relaxed);
+  s.peak_live_bytes = peak > s.live_bytes ? peak : s.live_bytes;
+  s.resident_bytes = im->resident_bytes.load(std::memory_order_relaxed);
+  s.mapped_bytes = im->mapped_bytes.load(std::memory_order_relaxed);
+  s.retained_bytes = im->retained_bytes.load(std::memory_order_relaxed);
+  return s;
+}
+
+namespace {
+
+void write_line(int fd, const char* line, int length) noexcept {
+  if (length <= 0) return;
+  std::size_t left = static_cast<std::size_t>(length);
+  while (left != 0) {
+    const ssize_t written = ::write(fd, line, left);
+    if (written <= 0) return;
+    line += written;
+    left -= static_cast<std::size_t>(written);
+  }
+}
+
+}  // namespace
+
+void general_allocator::print_statistics(int fd) const noexcept {
+  const struct statistics s = statistics();
+  char line[256];
+  auto ull = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+  write_line(fd, line, std::snprintf(line, sizeof line, "memkit general_allocator statistics\n"));
+  write_line(fd, line,
+             std::snprintf(line, sizeof line,
+                           "  live      %zu bytes (peak in use %zu)\n  resident  %zu bytes (estimate), "
+                           "mapped %zu, retained empty %zu\n",
+                           s.live_bytes, s.peak_live_bytes, s.resident_bytes, s.mapped_bytes,
+                           s.retained_bytes));
+  write_line(fd, line,
+             std::snprintf(line, sizeof line,
+                           "  calls     %llu allocations, %llu frees; large: %llu allocations, %llu frees, "
+                           "%zu bytes live; %zu heaps\n",
+                           ull(s.allocations), ull(s.frees), ull(s.large_allocations), ull(s.large_frees),
+                           s.large_live_bytes, s.heaps));
+  write_line(fd, line,
+             std::snprintf(line, sizeof line, "  %10s %14s %14s %12s %8s\n", "block", "allocations", "frees",
+                           "live", "pages"));
+  for (std::size_t c = 0; c < s.size_class_count; ++c) {
+    const auto& k = s.size_classes[c];
+    if (k.allocations == 0 && k.pages == 0) continue;
+    write_line(fd, line,
+               std::snprintf(line, sizeof line, "  %10zu %14llu %14llu %12llu %8zu\n", k.block_size,
+                             ull(k.allocations), ull(k.frees), ull(k.live_blocks), k.pages));
+  }
+}
+
+}  // namespace memkit

@@ -1,0 +1,420 @@
+#include "memkit/general_allocator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "memkit/os.hpp"
+
+namespace {
+
+using memkit::general_allocator;
+namespace os = memkit::os;
+
+bool aligned(const void* p, std::size_t alignment) {
+  return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
+}
+
+class general_allocator_test : public ::testing::Test {
+ protected:
+  void TearDown() override { os::testing::clear_injected_failures(); }
+};
+
+void fill(void* p, std::size_t n, unsigned char seed) {
+  auto* c = static_cast<unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) c[i] = static_cast<unsigned char>(seed + i * 7);
+}
+
+bool check(const void* p, std::size_t n, unsigned char seed) {
+  auto* c = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (c[i] != static_cast<unsigned char>(seed + i * 7)) return false;
+  }
+  return true;
+}
+
+TEST_F(general_allocator_test, every_size_up_to_a_megabyte_is_usable_and_distinct) {
+  general_allocator a;
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  for (std::size_t size = 1; size <= (1u << 20); size = size < 256 ? size + 1 : size + size / 7) {
+    void* p = a.allocate(size);
+    ASSERT_NE(p, nullptr) << size;
+    EXPECT_TRUE(aligned(p, memkit::default_alignment)) << size;
+    EXPECT_GE(a.usable_size(p), size);
+    EXPECT_TRUE(a.owns(p));
+    fill(p, size, static_cast<unsigned char>(size));
+    blocks.emplace_back(p, size);
+  }
+  for (auto [p, size] : blocks) {
+    EXPECT_TRUE(check(p, size, static_cast<unsigned char>(size))) << size;
+    a.free(p);
+  }
+}
+
+TEST_F(general_allocator_test, every_size_class_is_reported_and_used) {
+  general_allocator a;
+  auto s = a.statistics();
+  ASSERT_GT(s.size_class_count, 40u);
+  for (std::size_t c = 0; c < s.size_class_count; ++c) {
+    const std::size_t bs = s.size_classes[c].block_size;
+    void* p = a.allocate(bs, bs <= 8 ? 8 : 16);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(a.usable_size(p), bs) << "class " << c;
+    a.free(p);
+  }
+  s = a.statistics();
+  for (std::size_t c = 0; c < s.size_class_count; ++c) {
+    EXPECT_EQ(s.size_classes[c].allocations, 1u) << c;
+    EXPECT_EQ(s.size_classes[c].frees, 1u) << c;
+  }
+}
+
+TEST_F(general_allocator_test, every_power_of_two_alignment_is_honoured) {
+  general_allocator a;
+  for (std::size_t alignment = 1; alignment <= (std::size_t{16} << 20); alignment *= 2) {
+    for (std::size_t size : {std::size_t{1}, std::size_t{24}, std::size_t{100}, std::size_t{5000},
+                             std::size_t{300000}, std::size_t{3} << 20}) {
+      void* p = a.allocate(size, alignment);
+      ASSERT_NE(p, nullptr) << size << " @" << alignment;
+      EXPECT_TRUE(aligned(p, alignment)) << size << " @" << alignment;
+      EXPECT_GE(a.usable_size(p), size);
+      std::memset(p, 0x5A, size);
+      a.free(p);
+    }
+  }
+  EXPECT_EQ(a.allocate(16, 3), nullptr);
+  EXPECT_EQ(a.allocate(16, 0), nullptr);
+}
+
+TEST_F(general_allocator_test, freed_slots_are_reused) {
+  general_allocator a;
+  void* p = a.allocate(128);
+  a.free(p);
+  void* q = a.allocate(128);
+  EXPECT_EQ(p, q);
+  a.free(q);
+}
+
+TEST_F(general_allocator_test, the_seeds_degenerate_pattern_keeps_memory_bounded) {
+  // Zig's gpa-degen: keep one block of each page-worth of allocations, free the rest.
+  general_allocator a;
+  constexpr std::size_t rounds = 20000;
+  constexpr std::size_t slots = 4096 / 128;
+  std::vector<void*> kept(rounds);
+  for (std::size_t i = 0; i < rounds; ++i) {
+    kept[i] = a.allocate(128);
+    ASSERT_NE(kept[i], nullptr);
+    for (std::size_t j = 0; j + 1 < slots; ++j) {
+      void* p = a.allocate(128);
+      ASSERT_NE(p, nullptr);
+      a.free(p);
+    }
+  }
+  // Freed slots are reused, so only the kept blocks occupy pages.
+  auto s = a.statistics();
+  EXPECT_LE(s.size_classes[8].pages * 65536, rounds * 128 * 2);
+  for (void* p : kept) a.free(p);
+  s = a.statistics();
+  EXPECT_EQ(s.live_bytes, 0u);
+}
+
+TEST_F(general_allocator_test, resize_in_place_within_the_block_and_never_moves) {
+  general_allocator a;
+  memkit::allocator& base = a;
+  void* p = base.allocate(100);
+  ASSERT_NE(p, nullptr);
+  const std::size_t usable = a.usable_size(p);
+  EXPECT_TRUE(base.resize(p, 100, usable));
+  EXPECT_TRUE(base.resize(p, usable, 1));
+  EXPECT_FALSE(base.resize(p, 1, usable + 1));
+  base.deallocate(p, 1);
+}
+
+TEST_F(general_allocator_test, reallocate_keeps_contents_and_old_block_on_failure) {
+  general_allocator a;
+  void* p = a.allocate(40);
+  fill(p, 40, 3);
+  void* q = a.reallocate_unsized(p, 4000);
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(check(q, 40, 3));
+  void* r = a.reallocate_unsized(q, std::size_t{1} << 50);  // too big: fails, q still valid
+  EXPECT_EQ(r, nullptr);
+  EXPECT_TRUE(check(q, 40, 3));
+  void* small = a.reallocate_unsized(q, 10);  // shrinking a lot moves to a fitting class
+  ASSERT_NE(small, nullptr);
+  EXPECT_TRUE(check(small, 10, 3));
+  EXPECT_LE(a.usable_size(small), 16u);
+  a.free(small);
+  void* fresh = a.reallocate_unsized(nullptr, 77);  // null behaves as allocate
+  ASSERT_NE(fresh, nullptr);
+  a.free(fresh);
+
+  memkit::allocator& base = a;
+  void* s = base.allocate(64);
+  fill(s, 64, 9);
+  void* t = base.reallocate(s, 64, 64, 100000);
+  ASSERT_NE(t, nullptr);
+  EXPECT_TRUE(check(t, 64, 9));
+  base.deallocate(t, 100000);
+}
+
+TEST_F(general_allocator_test, large_allocations_grow_in_place_when_they_can) {
+  general_allocator a;
+  const std::size_t mib = std::size_t{1} << 20;
+  void* p = a.allocate(mib);
+  ASSERT_NE(p, nullptr);
+  fill(p, mib, 1);
+  // The reservation is rounded up to 4 MiB, so growth within it never moves.
+  void* q = a.reallocate_unsized(p, 3 * mib);
+  EXPECT_EQ(q, p);
+  EXPECT_GE(a.usable_size(q), 3 * mib);
+  EXPECT_TRUE(check(q, mib, 1));
+  std::memset(static_cast<char*>(q) + mib, 7, 2 * mib);
+  memkit::allocator& base = a;
+  EXPECT_TRUE(base.resize(q, 3 * mib, 2 * mib));  // shrinking always works in place
+  // Growing far beyond: in place if the address space after it is free, else moved; either way
+  // the contents survive.
+  void* r = a.reallocate_unsized(q, 64 * mib);
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(check(r, mib, 1));
+  auto s = a.statistics();
+  EXPECT_EQ(s.large_allocations - s.large_frees, 1u);
+  EXPECT_GE(s.large_live_bytes, 64 * mib);
+  a.free(r);
+  s = a.statistics();
+  EXPECT_EQ(s.large_live_bytes, 0u);
+}
+
+TEST_F(general_allocator_test, allocate_zeroed_gives_zero_bytes_even_for_reused_blocks) {
+  general_allocator a;
+  for (std::size_t size : {std::size_t{24}, std::size_t{3000}, std::size_t{2} << 20}) {
+    void* p = a.allocate(size);
+    std::memset(p, 0xFF, size);
+    a.free(p);
+    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(size));
+    ASSERT_NE(z, nullptr);
+    for (std::size_t i = 0; i < size; ++i) ASSERT_EQ(z[i], 0) << size << " " << i;
+    a.free(z);
+  }
+}
+
+TEST_F(general_allocator_test, huge_sizes_fail_with_null) {
+  general_allocator a;
+  EXPECT_EQ(a.allocate(SIZE_MAX), nullptr);
+  EXPECT_EQ(a.allocate(SIZE_MAX - 4096), nullptr);
+  EXPECT_EQ(a.allocate(general_allocator::max_allocation_size + 1), nullptr);
+  EXPECT_EQ(a.allocate_zeroed(SIZE_MAX / 2), nullptr);
+  memkit::allocator& base = a;
+  EXPECT_EQ(base.allocate_at_least(SIZE_MAX).pointer, nullptr);
+}
+
+TEST_F(general_allocator_test, os_failures_become_null_and_the_allocator_recovers) {
+  general_allocator a;
+  os::testing::fail_after(os::testing::operation::reserve, 0);
+  EXPECT_EQ(a.allocate(100), nullptr);           // no segment can be reserved
+  EXPECT_EQ(a.allocate(8u << 20), nullptr);      // nor a large block
+  os::testing::clear_injected_failures();
+  os::testing::inject_failure(os::testing::operation::commit, 1);
+  EXPECT_EQ(a.allocate(8u << 20), nullptr);      // reserved but not committed: released, null
+  void* p = a.allocate(100);
+  ASSERT_NE(p, nullptr);
+  os::testing::clear_injected_failures();
+  a.free(p);
+  void* q = a.allocate(8u << 20);
+  ASSERT_NE(q, nullptr);
+  a.free(q);
+}
+
+TEST_F(general_allocator_test, failed_in_place_growth_keeps_the_block) {
+  general_allocator a;
+  const std::size_t mib = std::size_t{1} << 20;
+  void* p = a.allocate(3 * mib);
+  fill(p, 3 * mib, 5);
+  os::testing::fail_after(os::testing::operation::map, 0);     // extend_mapping fails
+  os::testing::fail_after(os::testing::operation::reserve, 0);  // and no new block either
+  EXPECT_EQ(a.reallocate_unsized(p, 40 * mib), nullptr);
+  os::testing::clear_injected_failures();
+  EXPECT_TRUE(check(p, 3 * mib, 5));
+  a.free(p);
+}
+
+TEST_F(general_allocator_test, statistics_count_live_peak_and_classes) {
+  general_allocator a;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 1000; ++i) blocks.push_back(a.allocate(48));
+  void* big = a.allocate(std::size_t{2} << 20);
+  auto s = a.statistics();
+  EXPECT_EQ(s.allocations, 1001u);
+  EXPECT_EQ(s.frees, 0u);
+  EXPECT_EQ(s.size_classes[3].block_size, 48u);
+  EXPECT_EQ(s.size_classes[3].live_blocks, 1000u);
+  EXPECT_GE(s.size_classes[3].pages, 1u);
+  EXPECT_EQ(s.large_allocations, 1u);
+  EXPECT_GE(s.live_bytes, 48000u + (std::size_t{2} << 20));
+  EXPECT_GE(s.peak_live_bytes, s.live_bytes);
+  EXPECT_GE(s.mapped_bytes, s.live_bytes);
+  EXPECT_GE(s.resident_bytes, 48000u);
+  EXPECT_EQ(s.heaps, 1u);
+  const std::size_t peak = s.peak_live_bytes;
+  for (void* p : blocks) a.free(p);
+  a.free(big);
+  s = a.statistics();
+  EXPECT_EQ(s.live_bytes, 0u);
+  EXPECT_EQ(s.frees, 1001u);
+  EXPECT_EQ(s.peak_live_bytes, peak);
+}
+
+TEST_F(general_allocator_test, print_statistics_writes_text) {
+  general_allocator a;
+  void* p = a.allocate(100);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  a.print_statistics(fds[1]);
+  close(fds[1]);
+  char text[8192] = {};
+  std::size_t length = 0;
+  for (ssize_t n; (n = read(fds[0], text + length, sizeof text - 1 - length)) > 0;) length += static_cast<std::size_t>(n);
+  close(fds[0]);
+  EXPECT_NE(std::strstr(text, "memkit general_allocator statistics"), nullptr) << text;
+  EXPECT_NE(std::strstr(text, "112"), nullptr) << text;  // the class of a 100-byte block
+  a.free(p);
+}
+
+TEST_F(general_allocator_test, purge_returns_resident_memory) {
+  general_allocator::options o;
+  o.purge_delay_ms = 60000;  // nothing is purged by time during the test
+  general_allocator a(o);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 20000; ++i) {
+    void* p = a.allocate(1000);
+    std::memset(p, 1, 1000);
+    blocks.push_back(p);
+  }
+  const auto rss_before = os::current_resident_bytes();
+  auto before = a.statistics();
+  EXPECT_GE(before.resident_bytes, 20000u * 1000);
+  for (void* p : blocks) a.free(p);
+  a.purge();
+  auto after = a.statistics();
+  EXPECT_LT(after.resident_bytes + (15u << 20), before.resident_bytes);
+  EXPECT_EQ(after.retained_bytes, 0u);
+  const auto rss_after = os::current_resident_bytes();
+  if (rss_before.ok() && rss_after.ok()) {
+    EXPECT_LT(rss_after.value() + (12u << 20), rss_before.value());
+  }
+}
+
+TEST_F(general_allocator_test, empty_pages_are_purged_after_the_delay_or_over_the_limit) {
+  general_allocator::options o;
+  o.purge_delay_ms = 0;
+  general_allocator a(o);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 20000; ++i) {
+    void* p = a.allocate(1000);
+    std::memset(p, 1, 1000);
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) a.free(p);
+  void* p = a.allocate(2000);  // a slow path: due pages are purged
+  EXPECT_LT(a.statistics().retained_bytes, 1u << 20);
+  a.free(p);
+
+  general_allocator::options limited;
+  limited.purge_delay_ms = 60000;
+  limited.retained_limit = 1u << 20;
+  general_allocator b(limited);
+  blocks.clear();
+  for (int i = 0; i < 20000; ++i) {
+    void* q = b.allocate(1000);
+    std::memset(q, 1, 1000);
+    blocks.push_back(q);
+  }
+  for (void* q : blocks) b.free(q);
+  void* q = b.allocate(2000);
+  EXPECT_LE(b.statistics().retained_bytes, (1u << 20) + (64u << 10));
+  b.free(q);
+}
+
+TEST_F(general_allocator_test, owns_recognises_its_blocks_only) {
+  general_allocator a;
+  general_allocator b;
+  void* p = a.allocate(64);
+  void* big = a.allocate(1u << 21);
+  int on_stack = 0;
+  EXPECT_TRUE(a.owns(p));
+  EXPECT_TRUE(a.owns(static_cast<char*>(p) + 10));
+  EXPECT_TRUE(a.owns(big));
+  EXPECT_FALSE(b.owns(p));
+  EXPECT_FALSE(a.owns(&on_stack));
+  EXPECT_FALSE(a.owns(nullptr));
+  a.free(big);
+  EXPECT_FALSE(a.owns(big));
+  a.free(p);
+}
+
+TEST_F(general_allocator_test, good_size_matches_usable_size) {
+  general_allocator a;
+  for (std::size_t size : {1u, 17u, 100u, 1000u, 70000u, 600000u, 5000000u}) {
+    void* p = a.allocate(size);
+    EXPECT_EQ(a.good_size(size), a.usable_size(p)) << size;
+    a.free(p);
+  }
+}
+
+TEST_F(general_allocator_test, blocks_freed_by_other_threads_are_reused) {
+  general_allocator a;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10000; ++i) blocks.push_back(a.allocate(64));
+  std::thread([&] {
+    for (void* p : blocks) a.free(p);
+  }).join();
+  // The owner collects them when it refills: no new pages are needed for the same amount.
+  const auto pages_before = a.statistics().size_classes[4].pages;
+  for (int i = 0; i < 10000; ++i) blocks[static_cast<std::size_t>(i)] = a.allocate(64);
+  EXPECT_EQ(a.statistics().size_classes[4].pages, pages_before);
+  for (void* p : blocks) a.free(p);
+  EXPECT_EQ(a.statistics().live_bytes, 0u);
+}
+
+TEST_F(general_allocator_test, a_heap_of_an_exited_thread_is_adopted) {
+  general_allocator a;
+  void* survivor = nullptr;
+  std::thread([&] {
+    survivor = a.allocate(200);
+    std::memset(survivor, 3, 200);
+  }).join();
+  std::thread([&] {
+    void* p = a.allocate(200);  // adopts the exited thread's heap
+    EXPECT_NE(p, nullptr);
+    a.free(p);
+  }).join();
+  EXPECT_EQ(a.statistics().heaps, 1u);
+  a.free(survivor);  // freed from a third thread
+}
+
+TEST_F(general_allocator_test, global_instance_is_usable_and_unique) {
+  general_allocator& g = general_allocator::global();
+  EXPECT_EQ(&g, &general_allocator::global());
+  void* p = g.allocate(33);
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(g.owns(p));
+  g.free(p);
+  g.free(nullptr);
+  EXPECT_EQ(g.usable_size(nullptr), 0u);
+}
+
+TEST_F(general_allocator_test, works_with_std_containers) {
+  general_allocator a;
+  std::vector<int, memkit::std_allocator<int>> v{memkit::std_allocator<int>(a)};
+  for (int i = 0; i < 100000; ++i) v.push_back(i);
+  EXPECT_EQ(v[99999], 99999);
+}
+
+}  // namespace
