@@ -1,0 +1,263 @@
+// The os layer on Windows: VirtualAlloc / VirtualFree / VirtualQuery for memory,
+// GetProcessMemoryInfo / GetProcessTimes for metrics. Compiled on Windows only (see CMakeLists.txt).
+//
+// Error numbers are GetLastError() values (ERROR_NOT_ENOUGH_MEMORY, ERROR_COMMITMENT_LIMIT, ...),
+// as os.hpp promises; error_message() formats them.
+//
+// Differences from POSIX that callers see:
+// - reserve() returns addresses aligned to the allocation granularity (64 KiB), and the size of a
+//   reservation is rounded up to it by the system.
+// - release() takes back WHOLE reservations only: VirtualFree(MEM_RELEASE) must be given the
+//   reservation's base and a size of 0. Releasing a part of a reservation (a different start, or
+//   fewer bytes than were reserved) is unsupported and fails with ERROR_INVALID_PARAMETER.
+//   Decommit is the way to give back part of one.
+// - commit() charges the commit limit at once (Windows never overcommits), so a later write
+//   cannot fail; prefault() only touches pages to make them resident.
+// - Transparent huge pages do not exist: large pages need SeLockMemoryPrivilege and must be
+//   committed whole at reservation, which the reserve-then-commit model cannot use.
+//   huge_page_size() is 0 and advise_huge_pages() fails with ERROR_NOT_SUPPORTED.
+// - extend_mapping() fails with ERROR_NOT_SUPPORTED: a second VirtualAlloc next to a mapping is a
+//   separate allocation that release() of the first would not free.
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#include <psapi.h>
+
+#include <malloc.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "fault_injection.hpp"
+#include "memkit/os.hpp"
+
+namespace memkit::os {
+namespace {
+
+using testing::operation;
+
+// Errors returned without a system call; the numeric values of the Win32 codes.
+constexpr int invalid_parameter = ERROR_INVALID_PARAMETER;
+constexpr int not_supported = ERROR_NOT_SUPPORTED;
+
+int last_error() noexcept {
+  const DWORD error = ::GetLastError();
+  return error == 0 ? -1 : static_cast<int>(error);
+}
+
+SYSTEM_INFO system_info() noexcept {
+  SYSTEM_INFO info{};
+  ::GetSystemInfo(&info);
+  return info;
+}
+
+bool page_aligned(const void* address, std::size_t bytes) noexcept {
+  const std::size_t mask = page_size() - 1;
+  return (reinterpret_cast<std::uintptr_t>(address) & mask) == 0 && (bytes & mask) == 0;
+}
+
+// The size of the whole reservation that starts at `base` (all regions sharing its
+// AllocationBase), or 0 when `base` is not the start of a reservation.
+std::size_t reservation_size(void* base) noexcept {
+  MEMORY_BASIC_INFORMATION info{};
+  if (::VirtualQuery(base, &info, sizeof info) == 0 || info.AllocationBase != base) return 0;
+  std::size_t total = 0;
+  auto* cursor = static_cast<char*>(base);
+  while (::VirtualQuery(cursor, &info, sizeof info) != 0 && info.AllocationBase == base) {
+    total += info.RegionSize;
+    cursor += info.RegionSize;
+  }
+  return total;
+}
+
+result<void*> virtual_alloc(void* address, std::size_t bytes, DWORD type, DWORD protection) noexcept {
+  void* p = ::VirtualAlloc(address, bytes, type, protection);
+  if (p == nullptr) return result<void*>::failure(last_error());
+  return p;
+}
+
+}  // namespace
+
+std::size_t page_size() noexcept {
+  static const std::size_t size = system_info().dwPageSize;
+  return size;
+}
+
+std::size_t reservation_granularity() noexcept {
+  static const std::size_t size = system_info().dwAllocationGranularity;
+  return size;
+}
+
+std::size_t huge_page_size() noexcept { return 0; }
+
+result<void*> reserve(std::size_t bytes) noexcept {
+  if (bytes == 0 || !page_aligned(nullptr, bytes)) return result<void*>::failure(invalid_parameter);
+  if (int error = detail::injected_failure(operation::reserve)) return result<void*>::failure(error);
+  return virtual_alloc(nullptr, bytes, MEM_RESERVE, PAGE_NOACCESS);
+}
+
+result<void*> reserve_aligned(std::size_t bytes, std::size_t alignment) noexcept {
+  if (alignment <= reservation_granularity()) return reserve(bytes);
+  if ((alignment & (alignment - 1)) != 0 || bytes == 0 || !page_aligned(nullptr, bytes) ||
+      bytes + alignment < bytes) {
+    return result<void*>::failure(invalid_parameter);
+  }
+  if (int error = detail::injected_failure(operation::reserve)) return result<void*>::failure(error);
+  // A reservation cannot be trimmed on Windows, so find an aligned hole by reserving an oversized
+  // range, releasing it, and reserving exactly at the aligned address inside it. Another thread may
+  // take the hole in between; retry a few times.
+  int error = ERROR_NOT_ENOUGH_MEMORY;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    auto probe = virtual_alloc(nullptr, bytes + alignment, MEM_RESERVE, PAGE_NOACCESS);
+    if (!probe) return probe;
+    const auto start = reinterpret_cast<std::uintptr_t>(probe.value());
+    const auto aligned = (start + alignment - 1) & ~(std::uintptr_t{alignment} - 1);
+    if (!::VirtualFree(probe.value(), 0, MEM_RELEASE)) return result<void*>::failure(last_error());
+    auto exact = virtual_alloc(reinterpret_cast<void*>(aligned), bytes, MEM_RESERVE, PAGE_NOACCESS);
+    if (exact) return exact;
+    error = exact.error();
+  }
+  return result<void*>::failure(error);
+}
+
+status commit(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(invalid_parameter);
+  if (bytes == 0) return {};
+  if (int error = detail::injected_failure(operation::commit)) return status::failure(error);
+  if (::VirtualAlloc(address, bytes, MEM_COMMIT, PAGE_READWRITE) == nullptr) return status::failure(last_error());
+  return {};
+}
+
+status decommit(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(invalid_parameter);
+  if (bytes == 0) return {};
+  if (int error = detail::injected_failure(operation::decommit)) return status::failure(error);
+  // MEM_DECOMMIT returns the physical pages and the commit charge; the addresses stay reserved.
+  if (!::VirtualFree(address, bytes, MEM_DECOMMIT)) return status::failure(last_error());
+  return {};
+}
+
+status discard(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(invalid_parameter);
+  if (bytes == 0) return {};
+  // MEM_RESET: the pages stay committed and accessible, their contents become unspecified, and the
+  // system may reclaim them without writing them to the page file. The protection is ignored.
+  if (::VirtualAlloc(address, bytes, MEM_RESET, PAGE_NOACCESS) == nullptr) return status::failure(last_error());
+  return {};
+}
+
+status release(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(invalid_parameter);
+  if (bytes == 0) return {};
+  // Only whole reservations can be released: the base and the full size (the system rounds the
+  // reserved size up to pages, so compare page-rounded sizes).
+  const std::size_t whole = reservation_size(address);
+  if (whole == 0 || whole != bytes) return status::failure(invalid_parameter);
+  if (!::VirtualFree(address, 0, MEM_RELEASE)) return status::failure(last_error());
+  return {};
+}
+
+result<void*> map(std::size_t bytes) noexcept {
+  if (bytes == 0 || !page_aligned(nullptr, bytes)) return result<void*>::failure(invalid_parameter);
+  if (int error = detail::injected_failure(operation::map)) return result<void*>::failure(error);
+  return virtual_alloc(nullptr, bytes, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+}
+
+status extend_mapping(void* address, std::size_t old_bytes, std::size_t new_bytes) noexcept {
+  if (!page_aligned(address, old_bytes) || !page_aligned(nullptr, new_bytes) || old_bytes == 0 ||
+      new_bytes == 0) {
+    return status::failure(invalid_parameter);
+  }
+  if (new_bytes == old_bytes) return {};
+  return status::failure(not_supported);
+}
+
+result<void*> remap(void* address, std::size_t old_bytes, std::size_t new_bytes) noexcept {
+  if (!page_aligned(address, old_bytes) || !page_aligned(nullptr, new_bytes) || old_bytes == 0 ||
+      new_bytes == 0) {
+    return result<void*>::failure(invalid_parameter);
+  }
+  // No mremap on Windows: map, copy, release.
+  auto fresh = map(new_bytes);
+  if (!fresh) return fresh;
+  std::memcpy(fresh.value(), address, old_bytes < new_bytes ? old_bytes : new_bytes);
+  if (auto released = release(address, old_bytes); !released) {
+    static_cast<void>(release(fresh.value(), new_bytes).ok());
+    return result<void*>::failure(released.error());
+  }
+  return fresh;
+}
+
+status advise_huge_pages(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(invalid_parameter);
+  return status::failure(not_supported);
+}
+
+status prefault(void* address, std::size_t bytes) noexcept {
+  if (!page_aligned(address, bytes)) return status::failure(invalid_parameter);
+  if (bytes == 0) return {};
+  if (int error = detail::injected_failure(operation::prefault)) return status::failure(error);
+  // The commit charge was taken by commit(), so touching cannot fail for lack of memory; writing
+  // each page makes it resident now instead of at the first use.
+  auto* p = static_cast<volatile char*>(address);
+  for (std::size_t offset = 0; offset < bytes; offset += page_size()) p[offset] = p[offset];
+  return {};
+}
+
+result<std::size_t> current_resident_bytes() noexcept {
+  PROCESS_MEMORY_COUNTERS counters{};
+  if (!::GetProcessMemoryInfo(::GetCurrentProcess(), &counters, sizeof counters)) {
+    return result<std::size_t>::failure(last_error());
+  }
+  return static_cast<std::size_t>(counters.WorkingSetSize);
+}
+
+result<std::size_t> peak_resident_bytes() noexcept {
+  PROCESS_MEMORY_COUNTERS counters{};
+  if (!::GetProcessMemoryInfo(::GetCurrentProcess(), &counters, sizeof counters)) {
+    return result<std::size_t>::failure(last_error());
+  }
+  return static_cast<std::size_t>(counters.PeakWorkingSetSize);
+}
+
+result<cpu_times> process_cpu_times() noexcept {
+  FILETIME creation{}, exit{}, kernel{}, user{};
+  if (!::GetProcessTimes(::GetCurrentProcess(), &creation, &exit, &kernel, &user)) {
+    return result<cpu_times>::failure(last_error());
+  }
+  // FILETIME counts 100-nanosecond intervals.
+  auto ns = [](const FILETIME& t) {
+    ULARGE_INTEGER value;
+    value.LowPart = t.dwLowDateTime;
+    value.HighPart = t.dwHighDateTime;
+    return static_cast<std::uint64_t>(value.QuadPart) * 100u;
+  };
+  return cpu_times{ns(user), ns(kernel)};
+}
+
+std::size_t malloc_usable_size(void* block) noexcept {
+  return block == nullptr ? 0 : ::_msize(block);
+}
+
+const char* error_message(int error) noexcept {
+  if (error == -1) return "injected or unknown failure";
+  thread_local char text[256];
+  const DWORD length = ::FormatMessageA(FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS, nullptr,
+                                        static_cast<DWORD>(error), 0, text, sizeof text, nullptr);
+  if (length == 0) {
+    std::snprintf(text, sizeof text, "Windows error %d", error);
+    return text;
+  }
+  // FormatMessage ends its text with "\r\n"; drop it so messages compose on one line.
+  DWORD end = length;
+  while (end > 0 && (text[end - 1] == '\r' || text[end - 1] == '\n' || text[end - 1] == ' ')) --end;
+  text[end] = '\0';
+  return text;
+}
+
+}  // namespace memkit::os
