@@ -1,0 +1,564 @@
+// Suite "block-heap" (seed 002, "Ready, Set, Allocate! (Part 6)"): the seed's three timed tests of
+// a heap over a fixed 32 MB region of 4 KB blocks, with its parameters, written as CSV in its
+// layout, for memkit::block_heap and for the malloc of glibc, jemalloc and mimalloc:
+//   1. sizes:      allocate and free each size from 1 B to 32 MB (the seed's 25 sizes: 1, 4, 8 ...
+//                  2 KB, then 4 KB - 8 ... 32 MB - 8, 8 being the seed's allocation header)
+//                  1, 10, 100, 1000 and 10000 times; allocation and free timed separately;
+//   2. exhaustion: allocate 32 MB in 4 KB - 8 byte requests, then free them all, 1 .. 10000 times;
+//   3. worst case: every other 4 KB block free, the only longer free run at the end; allocate and
+//                  free 8 KB - 8 bytes 8192 times per repetition, 1 .. 10000 repetitions; in a
+//                  32 MiB region as in the seed and in a 1 GiB region (the same 8192 operations
+//                  per repetition), to show the time does not grow with the region. malloc is not
+//                  measured here: it cannot be confined to a region (the seed skipped it too).
+//
+// Like the seed, each call is timed on its own (the seed's CHighPerfTimer Resume/Pause), so the
+// figures include the timer: the CPU's time-stamp counter where there is one (about 20 ns a
+// read here), else steady_clock. Every subject runs in a fresh child process
+// (memkit-bench --child block-heap ...): malloc peers by LD_PRELOAD, block_heap through its C++
+// API; each test is repeated in several child runs and the median of each cell is kept.
+//
+// CSV files (in the run's output folder) keep the seed's header lines and rows; times are
+// HH:MM:SS.fffffffff (nanoseconds, where the seed printed 0.1 ms, which would read 0.0000 for
+// almost every block_heap cell).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define MEMKIT_BENCH_HAVE_TSC 1
+#else
+#define MEMKIT_BENCH_HAVE_TSC 0
+#endif
+
+#include "measure.hpp"
+#include "memkit/block_heap.hpp"
+#include "memkit/os.hpp"
+#include "peers.hpp"
+#include "suite.hpp"
+
+namespace memkit::bench {
+namespace {
+
+// ---- the seed's parameters ----------------------------------------------------------------------
+
+constexpr std::size_t header_size = 8;  // the seed's sizeof(TALLOCATION_HEADER)
+constexpr std::size_t block_bytes = 4096;
+constexpr std::size_t total_memory = 32u << 20;
+constexpr std::size_t blocks_in_total = total_memory / block_bytes;  // 8192
+constexpr std::size_t large_region = std::size_t{1} << 30;
+
+constexpr const char* size_names[] = {
+    "MEM_1B",   "MEM_4B",   "MEM_8B",   "MEM_16B",  "MEM_32B",   "MEM_64B",   "MEM_128B",
+    "MEM_256B", "MEM_512B", "MEM_1KB",  "MEM_2KB",  "MEM_4KB",   "MEM_8KB",   "MEM_16KB",
+    "MEM_32KB", "MEM_64KB", "MEM_128KB", "MEM_256KB", "MEM_512KB", "MEM_1MB", "MEM_2MB",
+    "MEM_4MB",  "MEM_8MB",  "MEM_16MB", "MEM_32MB"};
+constexpr std::size_t size_count = sizeof size_names / sizeof size_names[0];
+
+// The seed's allocation sizes: powers of two from 1 B (skipping 2 B) to 2 KB as they are, from
+// 4 KB up minus the header, so a request plus its header fills whole blocks.
+std::size_t allocation_size(std::size_t index) {
+  if (index == 0) return 1;
+  const std::size_t bytes = std::size_t{1} << (index + 1);  // index 1 -> 4 B
+  return bytes >= 4096 ? bytes - header_size : bytes;
+}
+
+// ---- timing -------------------------------------------------------------------------------------
+
+inline std::uint64_t ticks() noexcept {
+#if MEMKIT_BENCH_HAVE_TSC
+  return __rdtsc();
+#else
+  return static_cast<std::uint64_t>(clock::now().time_since_epoch().count());
+#endif
+}
+
+// Nanoseconds per tick, measured against steady_clock over 50 ms.
+double calibrate_ticks() {
+#if MEMKIT_BENCH_HAVE_TSC
+  auto t0 = clock::now();
+  std::uint64_t k0 = ticks();
+  while (nanoseconds(t0, clock::now()) < 50e6) {
+  }
+  auto t1 = clock::now();
+  std::uint64_t k1 = ticks();
+  return nanoseconds(t0, t1) / static_cast<double>(k1 - k0);
+#else
+  return std::chrono::duration<double, std::nano>(clock::duration(1)).count();
+#endif
+}
+
+// The seed's CHighPerfTimer: resume() and pause() around each timed call, accumulating.
+class call_timer {
+ public:
+  void resume() noexcept { start_ = ticks(); }
+  void pause() noexcept { total_ += ticks() - start_; }
+  std::uint64_t total() const noexcept { return total_; }
+
+ private:
+  std::uint64_t start_ = 0;
+  std::uint64_t total_ = 0;
+};
+
+// ---- subjects (in the child) ------------------------------------------------------------------
+
+// Whatever malloc the child runs on (glibc, or the preloaded peer). Called through volatile
+// pointers so the compiler cannot pair up and delete a malloc and its free.
+void* (*volatile malloc_function)(std::size_t) = std::malloc;
+void (*volatile free_function)(void*) = std::free;
+
+struct malloc_subject {
+  void* allocate(std::size_t n) noexcept { return malloc_function(n); }
+  void release(void* p) noexcept { free_function(p); }
+};
+
+struct heap_subject {
+  explicit heap_subject(std::size_t region) : heap(region) {}
+  void* allocate(std::size_t n) noexcept { return heap.allocate(n); }
+  void release(void* p) noexcept { heap.deallocate(p); }
+  block_heap heap;
+};
+
+struct child_output {
+  double ns_per_tick = 1;
+  void put(const std::string& key, std::uint64_t tick_count) const {
+    std::printf("%s=%.1f\n", key.c_str(), static_cast<double>(tick_count) * ns_per_tick);
+  }
+};
+
+std::vector<long> parse_counts(const std::string& text) {
+  std::vector<long> out;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t comma = text.find(',', at);
+    if (comma == std::string::npos) comma = text.size();
+    out.push_back(std::strtol(text.substr(at, comma - at).c_str(), nullptr, 10));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// Test 1, the seed's TestSizes.
+template <class Subject>
+int test_sizes(Subject& subject, const std::vector<long>& counts, const child_output& out) {
+  for (long count : counts) {
+    for (std::size_t j = 0; j < size_count; ++j) {
+      const std::size_t size = allocation_size(j);
+      call_timer alloc_timer, free_timer;
+      for (long k = 0; k < count; ++k) {
+        alloc_timer.resume();
+        void* p = subject.allocate(size);
+        alloc_timer.pause();
+        if (p == nullptr) {
+          std::printf("error=allocation of %zu bytes failed\n", size);
+          return 1;
+        }
+        free_timer.resume();
+        subject.release(p);
+        free_timer.pause();
+      }
+      out.put("alloc." + std::to_string(count) + "." + std::to_string(j), alloc_timer.total());
+      out.put("free." + std::to_string(count) + "." + std::to_string(j), free_timer.total());
+    }
+  }
+  return 0;
+}
+
+// Test 2, the seed's TestExhaustion.
+template <class Subject>
+int test_exhaustion(Subject& subject, const std::vector<long>& counts, const child_output& out) {
+  std::vector<void*> memory(blocks_in_total);
+  for (long count : counts) {
+    call_timer alloc_timer, free_timer;
+    for (long repetition = 0; repetition < count; ++repetition) {
+      for (std::size_t k = 0; k < blocks_in_total; ++k) {
+        alloc_timer.resume();
+        memory[k] = subject.allocate(block_bytes - header_size);
+        alloc_timer.pause();
+      }
+      for (std::size_t k = 0; k < blocks_in_total; ++k) {
+        if (memory[k] == nullptr) {
+          std::printf("error=exhaustion allocation %zu failed\n", k);
+          return 1;
+        }
+        free_timer.resume();
+        subject.release(memory[k]);
+        free_timer.pause();
+      }
+    }
+    out.put("alloc." + std::to_string(count), alloc_timer.total());
+    out.put("free." + std::to_string(count), free_timer.total());
+  }
+  return 0;
+}
+
+// Test 3, the seed's TestWorstCase, over a region of `region` bytes (block_heap only).
+int test_worst_case(std::size_t region, const std::vector<long>& counts, const child_output& out) {
+  heap_subject subject(region);
+  if (!subject.heap.valid()) {
+    std::printf("error=cannot reserve the region: %s\n", os::error_message(subject.heap.os_error()));
+    return 1;
+  }
+  const std::size_t blocks = region / block_bytes;
+  std::vector<void*> memory(blocks);
+  // Allocate everything a block at a time, free every other block, then the next to last one.
+  for (std::size_t i = 0; i < blocks; ++i) {
+    memory[i] = subject.allocate(block_bytes - header_size);
+    if (memory[i] == nullptr) {
+      std::printf("error=setup allocation %zu failed\n", i);
+      return 1;
+    }
+  }
+  for (std::size_t i = 1; i < blocks; i += 2) {
+    subject.release(memory[i]);
+    memory[i] = nullptr;
+  }
+  subject.release(memory[blocks - 2]);
+  memory[blocks - 2] = nullptr;
+  {
+    void* probe = subject.allocate(2 * block_bytes - header_size);
+    const bool at_end = probe == static_cast<std::byte*>(subject.heap.region()) + (blocks - 3) * block_bytes;
+    std::printf("exact_fit=%d\n", at_end ? 1 : 0);
+    std::printf("fragmentation=%.6f\n", subject.heap.fragmentation());
+    subject.release(probe);
+  }
+  for (long count : counts) {
+    call_timer alloc_timer, free_timer;
+    for (long repetition = 0; repetition < count; ++repetition) {
+      for (std::size_t k = 0; k < blocks_in_total; ++k) {
+        alloc_timer.resume();
+        void* p = subject.allocate(2 * block_bytes - header_size);
+        alloc_timer.pause();
+        free_timer.resume();
+        subject.release(p);
+        free_timer.pause();
+      }
+    }
+    out.put("alloc." + std::to_string(count), alloc_timer.total());
+    out.put("free." + std::to_string(count), free_timer.total());
+  }
+  for (void* p : memory)
+    if (p != nullptr) subject.release(p);
+  return subject.heap.validate() ? 0 : 1;
+}
+
+// Child entry: <test> <subject> <counts> [region]
+int child(const std::vector<std::string>& args) {
+  if (args.size() < 3) {
+    std::printf("error=usage: sizes|exhaustion|worst-case block_heap|malloc COUNTS [REGION]\n");
+    return 2;
+  }
+  const std::string& test = args[0];
+  const bool heap = args[1] == "block_heap";
+  const std::vector<long> counts = parse_counts(args[2]);
+  child_output out;
+  out.ns_per_tick = calibrate_ticks();
+  std::printf("ns_per_tick=%.6f\n", out.ns_per_tick);
+  {
+    // The cost of one resume/pause pair around nothing, for readers of the figures.
+    call_timer empty;
+    for (int i = 0; i < 100000; ++i) {
+      empty.resume();
+      empty.pause();
+    }
+    std::printf("timer_overhead_ns=%.2f\n", static_cast<double>(empty.total()) * out.ns_per_tick / 100000);
+  }
+  int status = 2;
+  if (test == "worst-case") {
+    const std::size_t region = args.size() > 3 ? std::strtoull(args[3].c_str(), nullptr, 10) : total_memory;
+    status = test_worst_case(region, counts, out);
+  } else if (test == "sizes" || test == "exhaustion") {
+    auto run = [&](auto& subject) {
+      return test == "sizes" ? test_sizes(subject, counts, out) : test_exhaustion(subject, counts, out);
+    };
+    if (heap) {
+      heap_subject subject(total_memory);
+      status = run(subject);
+      if (status == 0 && !subject.heap.validate()) status = 1;
+    } else {
+      malloc_subject subject;
+      status = run(subject);
+    }
+  }
+  std::fflush(stdout);
+  return status;
+}
+
+// ---- the runner side --------------------------------------------------------------------------
+
+struct subject {
+  std::string name;                  // "block_heap", "glibc", ...
+  std::string kind;                  // child's subject argument
+  std::vector<std::string> environment;
+};
+
+std::string counts_text(const std::vector<long>& counts) {
+  std::string text;
+  for (long c : counts) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(c);
+  }
+  return text;
+}
+
+// HH:MM:SS.fffffffff, the seed's layout with nanoseconds.
+std::string clock_text(double ns) {
+  const double seconds_total = ns / 1e9;
+  const auto hours = static_cast<long>(seconds_total / 3600);
+  const auto minutes = static_cast<long>((seconds_total - static_cast<double>(hours) * 3600) / 60);
+  const double seconds = seconds_total - static_cast<double>(hours) * 3600 - static_cast<double>(minutes) * 60;
+  char text[64];
+  std::snprintf(text, sizeof text, "%02ld:%02ld:%012.9f", hours, minutes, seconds);
+  return text;
+}
+
+// Medians of every key over several child runs.
+using samples = std::map<std::string, std::vector<double>>;
+double median_of_key(const samples& s, const std::string& key) {
+  auto it = s.find(key);
+  return it == s.end() ? -1 : median(it->second);
+}
+
+void run(context& ctx) {
+  const std::vector<long> all_counts{1, 10, 100, 1000, 10000};
+  const std::vector<long> smoke_counts{1, 10};
+  const std::vector<long> quick_exhaustion{1, 10, 100, 1000};
+  const std::vector<long> sizes_counts = ctx.pick(smoke_counts, all_counts, all_counts);
+  const std::vector<long> exhaustion_counts = ctx.pick(smoke_counts, quick_exhaustion, all_counts);
+  const std::vector<long> worst_counts = ctx.pick(smoke_counts, all_counts, all_counts);
+  const int runs = ctx.pick(1, 3, 3);
+
+  // A 32 MiB region serves one 32 MiB allocation: checked here, not timed.
+  {
+    block_heap heap(total_memory);
+    void* p = heap.allocate(total_memory);
+    ctx.check({"a 32 MiB block_heap serves one 32 MiB allocation (1 = yes)", p != nullptr ? 1.0 : 0.0, ">=", 1, ""});
+    heap.deallocate(p);
+  }
+
+  std::vector<subject> subjects{{"block_heap", "block_heap", {}}};
+  for (const malloc_peer& peer : malloc_peers()) {
+    if (peer.name == "tcmalloc") continue;  // the issue asks for glibc, jemalloc and mimalloc
+    if (!peer.installed) {
+      ctx.note(peer.name + ": not installed");
+      continue;
+    }
+    subjects.push_back({peer.name, "malloc", peer.environment()});
+  }
+
+  struct job {
+    std::string test;
+    std::string label;  // key in results
+    std::vector<long> counts;
+    std::string region;
+    bool heap_only;
+  };
+  const std::vector<job> jobs{
+      {"sizes", "sizes", sizes_counts, "", false},
+      {"exhaustion", "exhaustion", exhaustion_counts, "", false},
+      {"worst-case", "worst-case-32MiB", worst_counts, std::to_string(total_memory), true},
+      {"worst-case", "worst-case-1GiB", worst_counts, std::to_string(large_region), true},
+  };
+
+  // results[label][subject] = samples over runs
+  std::map<std::string, std::map<std::string, samples>> results;
+  std::map<std::string, std::string> extra;  // exact_fit etc., per label
+  double timer_overhead = -1;
+  std::size_t step = 0;
+  const std::size_t steps = static_cast<std::size_t>(runs) * jobs.size() * subjects.size();
+  for (int r = 0; r < runs; ++r) {
+    for (const job& j : jobs) {
+      for (const subject& s : subjects) {
+        ++step;
+        if (j.heap_only && s.kind != "block_heap") continue;
+        ctx.progress(j.label + " " + s.name, step, steps);
+        std::vector<std::string> args{j.test, s.kind, counts_text(j.counts)};
+        if (!j.region.empty()) args.push_back(j.region);
+        child_result child_run = ctx.run_self(args, s.environment);
+        if (!child_run.ok()) {
+          auto values = child_run.values();
+          ctx.note(j.label + " / " + s.name + ": child failed (exit " + std::to_string(child_run.exit_code) +
+                   ", signal " + std::to_string(child_run.signal) + ")" +
+                   (values.count("error") ? ": " + values["error"] : std::string()));
+          continue;
+        }
+        for (auto& [key, value] : child_run.values()) {
+          if (key == "exact_fit" || key == "fragmentation") {
+            extra[j.label + "." + key] = value;
+            continue;
+          }
+          if (key == "timer_overhead_ns") {
+            double v = std::strtod(value.c_str(), nullptr);
+            if (timer_overhead < 0 || v < timer_overhead) timer_overhead = v;
+            continue;
+          }
+          results[j.label][s.name][key].push_back(std::strtod(value.c_str(), nullptr));
+        }
+      }
+    }
+  }
+  if (timer_overhead >= 0) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "every call is timed on its own, as in the seed; one resume/pause costs %.1f ns and is "
+                  "included in every per-operation figure", timer_overhead);
+    ctx.note(text);
+  }
+
+  const std::string dir = ctx.output_directory();
+  auto csv_path = [&](const std::string& label, const std::string& subject_name) {
+    return dir + "/block-heap-" + label + "-" + subject_name + ".csv";
+  };
+
+  // ---- test 1: sizes ----
+  std::map<std::string, std::vector<double>> per_size_per_op;  // subject -> per size, all counts
+  for (auto& [subject_name, s] : results["sizes"]) {
+    std::FILE* f = std::fopen(csv_path("sizes", subject_name).c_str(), "w");
+    if (f != nullptr) {
+      std::fprintf(f, "Action,Num Allocations");
+      for (const char* name : size_names) std::fprintf(f, ",%s", name);
+      std::fprintf(f, "\n");
+      for (const char* action : {"Allocate", "Free"}) {
+        const std::string prefix = std::string(action) == "Allocate" ? "alloc." : "free.";
+        for (long count : sizes_counts) {
+          std::fprintf(f, "%s,%ld", action, count);
+          for (std::size_t j = 0; j < size_count; ++j)
+            std::fprintf(f, ",%s", clock_text(median_of_key(s, prefix + std::to_string(count) + "." + std::to_string(j))).c_str());
+          std::fprintf(f, "\n");
+        }
+      }
+      std::fclose(f);
+    }
+    std::vector<double> per_op(size_count, 0);
+    for (std::size_t j = 0; j < size_count; ++j) {
+      double total = 0, operations = 0;
+      for (long count : sizes_counts) {
+        const double a = median_of_key(s, "alloc." + std::to_string(count) + "." + std::to_string(j));
+        const double fr = median_of_key(s, "free." + std::to_string(count) + "." + std::to_string(j));
+        row rw{"sizes", subject_name,
+               {{"size", std::to_string(allocation_size(j))}, {"allocations", std::to_string(count)}},
+               {{"alloc+free", (a + fr) / static_cast<double>(count), "ns"},
+                {"alloc", a / static_cast<double>(count), "ns"},
+                {"free", fr / static_cast<double>(count), "ns"}},
+               ""};
+        ctx.record(std::move(rw));
+        total += a + fr;
+        operations += static_cast<double>(count);
+      }
+      per_op[j] = total / operations;
+    }
+    per_size_per_op[subject_name] = per_op;
+  }
+  if (per_size_per_op.count("block_heap") && per_size_per_op.count("glibc")) {
+    double worst = 0;
+    std::size_t worst_index = 0;
+    for (std::size_t j = 0; j < size_count; ++j) {
+      const double ratio = per_size_per_op["block_heap"][j] / per_size_per_op["glibc"][j];
+      if (ratio > worst) {
+        worst = ratio;
+        worst_index = j;
+      }
+    }
+    ctx.check({"test 1 sizes: block_heap / glibc malloc time per alloc+free, worst size (" +
+                   std::string(size_names[worst_index]) + ")",
+               worst, "<=", 1.0, "x"});
+  }
+
+  // ---- test 2: exhaustion ----
+  std::map<std::string, std::vector<double>> exhaustion_per_op;
+  for (auto& [subject_name, s] : results["exhaustion"]) {
+    std::FILE* f = std::fopen(csv_path("exhaustion", subject_name).c_str(), "w");
+    if (f != nullptr) std::fprintf(f, "Action,Num Repetitions,Time to exhaust 32MB using 4KB per allocation\n");
+    std::vector<double> per_op;
+    for (long count : exhaustion_counts) {
+      const double a = median_of_key(s, "alloc." + std::to_string(count));
+      const double fr = median_of_key(s, "free." + std::to_string(count));
+      if (f != nullptr) {
+        std::fprintf(f, "Allocate,%ld,%s\n", count, clock_text(a).c_str());
+        std::fprintf(f, "Free,%ld,%s\n", count, clock_text(fr).c_str());
+      }
+      const double operations = static_cast<double>(count) * static_cast<double>(blocks_in_total);
+      ctx.record({"exhaustion", subject_name, {{"repetitions", std::to_string(count)}},
+                  {{"alloc+free", (a + fr) / operations, "ns"},
+                   {"alloc", a / operations, "ns"},
+                   {"free", fr / operations, "ns"},
+                   {"alloc_total", a, "ns"},
+                   {"free_total", fr, "ns"}},
+                  ""});
+      per_op.push_back((a + fr) / operations);
+    }
+    if (f != nullptr) std::fclose(f);
+    exhaustion_per_op[subject_name] = per_op;
+  }
+  if (exhaustion_per_op.count("block_heap") && exhaustion_per_op.count("glibc")) {
+    double worst = 0;
+    long worst_count = 0;
+    for (std::size_t i = 0; i < exhaustion_counts.size(); ++i) {
+      const double ratio = exhaustion_per_op["block_heap"][i] / exhaustion_per_op["glibc"][i];
+      if (ratio > worst) {
+        worst = ratio;
+        worst_count = exhaustion_counts[i];
+      }
+    }
+    ctx.check({"test 2 exhaustion: block_heap / glibc malloc time per alloc+free, worst count (" +
+                   std::to_string(worst_count) + ")",
+               worst, "<=", 1.0, "x"});
+  }
+
+  // ---- test 3: worst case ----
+  std::map<std::string, std::vector<double>> worst_per_op;
+  for (const char* label : {"worst-case-32MiB", "worst-case-1GiB"}) {
+    auto found = results[label].find("block_heap");
+    if (found == results[label].end()) continue;
+    const samples& s = found->second;
+    std::FILE* f = std::fopen(csv_path(label, "block_heap").c_str(), "w");
+    if (f != nullptr) std::fprintf(f, "Action,Num Repetitions,Worst case allocation time for an 8KB block\n");
+    std::vector<double> per_op;
+    for (long count : worst_counts) {
+      const double a = median_of_key(s, "alloc." + std::to_string(count));
+      const double fr = median_of_key(s, "free." + std::to_string(count));
+      if (f != nullptr) {
+        std::fprintf(f, "Allocate,%ld,%s\n", count, clock_text(a).c_str());
+        std::fprintf(f, "Free,%ld,%s\n", count, clock_text(fr).c_str());
+      }
+      const double operations = static_cast<double>(count) * static_cast<double>(blocks_in_total);
+      ctx.record({"worst-case", "block_heap",
+                  {{"region", label == std::string("worst-case-32MiB") ? "32MiB" : "1GiB"},
+                   {"repetitions", std::to_string(count)}},
+                  {{"alloc+free", (a + fr) / operations, "ns"},
+                   {"alloc", a / operations, "ns"},
+                   {"free", fr / operations, "ns"},
+                   {"alloc_total", a, "ns"},
+                   {"free_total", fr, "ns"}},
+                  ""});
+      per_op.push_back((a + fr) / operations);
+    }
+    if (f != nullptr) std::fclose(f);
+    worst_per_op[label] = per_op;
+    const std::string region_name = label == std::string("worst-case-32MiB") ? "32 MiB" : "1 GiB";
+    ctx.check({"test 3 worst case, " + region_name + ": ns per 8 KB alloc+free, slowest count",
+               *std::max_element(per_op.begin(), per_op.end()), "<=", 200, "ns"});
+    if (extra[std::string(label) + ".exact_fit"] != "1")
+      ctx.note(std::string(label) + ": the 8 KB request did not land on the run at the end of the region");
+  }
+  if (worst_per_op.count("worst-case-32MiB") && worst_per_op.count("worst-case-1GiB")) {
+    double worst = 0;
+    for (std::size_t i = 0; i < worst_counts.size(); ++i)
+      worst = std::max(worst, worst_per_op["worst-case-1GiB"][i] / worst_per_op["worst-case-32MiB"][i]);
+    ctx.check({"test 3 worst case: time per op, 1 GiB / 32 MiB region, worst count", worst, "<=", 1.5, "x"});
+  }
+  ctx.note("CSV files in the seed's layout: " + dir + "/block-heap-{sizes,exhaustion,worst-case-32MiB,worst-case-1GiB}-<subject>.csv");
+}
+
+MEMKIT_BENCH_SUITE(block_heap, "block-heap",
+                   "seed 002 Ready, Set, Allocate!: sizes, exhaustion and worst-case tests of a 32 MB block heap",
+                   run, child);
+
+}  // namespace
+}  // namespace memkit::bench
