@@ -345,7 +345,6 @@ void random_operations(const block_heap_options& options, std::uint32_t seed) {
     unsigned char tag;
   };
   std::map<std::byte*, live> model;
-  std::size_t live_requested = 0;
   for (int step = 0; step < 4000; ++step) {
     const bool do_free = !model.empty() && (rng() % 100 < 45 || model.size() > 300);
     if (do_free) {
@@ -354,7 +353,6 @@ void random_operations(const block_heap_options& options, std::uint32_t seed) {
       // The block still holds what was written: no other allocation overlapped it.
       for (std::size_t i = 0; i < it->second.size; i += 97)
         ASSERT_EQ(static_cast<unsigned char>(it->first[i]), it->second.tag) << "step " << step;
-      live_requested -= it->second.size;
       if (rng() % 2) heap.deallocate(it->first);
       else static_cast<memkit::allocator&>(heap).deallocate(it->first, it->second.size);
       model.erase(it);
@@ -386,7 +384,6 @@ void random_operations(const block_heap_options& options, std::uint32_t seed) {
       const auto tag = static_cast<unsigned char>(rng());
       std::memset(p, tag, size);
       model[p] = {size, tag};
-      live_requested += size;
     }
     if (step % 250 == 0) {
       auto check = heap.validate();

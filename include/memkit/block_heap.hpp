@@ -35,7 +35,10 @@
 #include <iosfwd>
 #include <memory>
 #include <mutex>
+#include <version>
+#if __has_include(<source_location>)
 #include <source_location>
+#endif
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -43,6 +46,40 @@
 #include "memkit/allocator.hpp"
 
 namespace memkit {
+
+#if defined(__cpp_lib_source_location)
+// Where an allocation was made: std::source_location.
+using source_location = std::source_location;
+#else
+// Where an allocation was made. The standard library lacks std::source_location here (Clang 14
+// with libstdc++), so this offers the same members from the compiler's builtins, which default
+// arguments evaluate at the call site just as std::source_location::current() does.
+struct source_location {
+  // The location of the call that uses this as a default argument.
+  static constexpr source_location current(const char* file = __builtin_FILE(),
+                                           const char* function = __builtin_FUNCTION(),
+                                           std::uint_least32_t line = __builtin_LINE()) noexcept {
+    source_location where;
+    where.file_ = file;
+    where.function_ = function;
+    where.line_ = line;
+    return where;
+  }
+  // The source file's name.
+  constexpr const char* file_name() const noexcept { return file_; }
+  // The enclosing function's name.
+  constexpr const char* function_name() const noexcept { return function_; }
+  // The line number.
+  constexpr std::uint_least32_t line() const noexcept { return line_; }
+  // The column (not available from the builtins: 0).
+  constexpr std::uint_least32_t column() const noexcept { return 0; }
+
+ private:
+  const char* file_ = "";
+  const char* function_ = "";
+  std::uint_least32_t line_ = 0;
+};
+#endif
 
 // When the region's memory is committed (see the header comment).
 enum class commit_policy : unsigned char {
@@ -171,9 +208,9 @@ class block_heap final : public allocator {
   int os_error() const noexcept { return os_error_; }
 
   // Returns `size` bytes aligned to `alignment`, or null (then last_failure() says why). With
-  // options.track_sites the caller's file, line and function are recorded.
+  // options.track_sites the caller's file, line and function are recorded (std::source_location).
   [[nodiscard]] void* allocate(std::size_t size, std::size_t alignment = default_alignment,
-                               std::source_location where = std::source_location::current()) noexcept;
+                               memkit::source_location where = memkit::source_location::current()) noexcept;
   // Gives back a block from this heap without its size; null is a no-op. A pointer the heap did
   // not hand out (or one already freed) stops the program with a message.
   void deallocate(void* p) noexcept;
@@ -247,7 +284,7 @@ class block_heap final : public allocator {
 
   bool initialize(std::byte* base, std::size_t block_count) noexcept;
   void* allocate_locked(std::size_t size, std::size_t alignment, std::size_t* usable,
-                        const std::source_location* where) noexcept;
+                        const memkit::source_location* where) noexcept;
   void* allocate_small(std::size_t class_index, std::size_t size) noexcept;
   void* allocate_run(std::size_t size, std::size_t alignment) noexcept;
   void free_locked(void* p, std::size_t checked_size) noexcept;
@@ -277,7 +314,7 @@ class block_heap final : public allocator {
   void check_guard(const std::byte* p, std::size_t requested) const noexcept;
   void walk_runs(void (*visit)(void*, const block_run_info&), void* context) const;
   std::string validate_locked() const;
-  void record_site(void* p, std::size_t size, const std::source_location* where);
+  void record_site(void* p, std::size_t size, const memkit::source_location* where);
   void forget_site(void* p) noexcept;
   void resize_site(void* p, std::size_t size) noexcept;
 

@@ -387,7 +387,7 @@ void block_heap::fail(block_heap_failure why) noexcept {
 }
 
 void* block_heap::allocate(std::size_t size, std::size_t alignment,
-                           std::source_location where) noexcept {
+                           memkit::source_location where) noexcept {
   lock guard(*this);
   if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) {
     fail(block_heap_failure::invalid_argument);
@@ -409,7 +409,7 @@ allocation block_heap::do_allocate_at_least(std::size_t size, std::size_t alignm
 }
 
 void* block_heap::allocate_locked(std::size_t size, std::size_t alignment, std::size_t* usable,
-                                  const std::source_location* where) noexcept {
+                                  const memkit::source_location* where) noexcept {
   if (MEMKIT_UNLIKELY(block_count_ == 0)) {
     fail(block_heap_failure::no_region);
     return nullptr;

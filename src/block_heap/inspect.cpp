@@ -16,7 +16,7 @@ using namespace block_heap_detail;
 
 // ---- allocation sites -------------------------------------------------------------------------
 
-void block_heap::record_site(void* p, std::size_t size, const std::source_location* where) {
+void block_heap::record_site(void* p, std::size_t size, const memkit::source_location* where) {
   site_table& table = *sites_;
   // Calls through the allocator interface carry no location; they share one "(unknown)" site.
   site_table::key k{"(unknown)", "", 0};
