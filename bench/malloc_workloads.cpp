@@ -207,7 +207,7 @@ void producer_consumer(double scale) {
 template <class Heap>
 void random_lifetimes(double scale) {
   constexpr std::size_t live = 50000;
-  const auto operations = static_cast<std::size_t>(4000000 * scale);
+  const auto operations = static_cast<std::size_t>(2000000 * scale);
   random_source random(7);
   struct block {
     void* p = nullptr;
@@ -236,7 +236,7 @@ void random_lifetimes(double scale) {
 template <class Heap>
 void realloc_strings(double scale) {
   constexpr std::size_t strings = 64;
-  const auto appends = static_cast<std::size_t>(4000000 * scale);
+  const auto appends = static_cast<std::size_t>(2000000 * scale);
   random_source random(11);
   struct text {
     char* data = nullptr;
@@ -268,7 +268,7 @@ void realloc_strings(double scale) {
 template <class Heap>
 void large(double scale) {
   constexpr std::size_t window = 8;
-  const auto operations = static_cast<std::size_t>(3000 * scale);
+  const auto operations = static_cast<std::size_t>(600 * scale);
   const std::size_t page = os::page_size();
   random_source random(13);
   struct block {
