@@ -11,6 +11,12 @@
 
 #define MEMKIT_MALLOC_EXPORT extern "C" __attribute__((visibility("default")))
 
+// libstdc++'s hook that frees its emergency exception-handling pool (what valgrind calls at exit).
+// Weak, so that a program without libstdc++ still links the static form.
+namespace __gnu_cxx {
+__attribute__((weak)) void __freeres() noexcept;
+}
+
 namespace memkit::malloc_runtime {
 
 std::atomic<bool> ready{false};
@@ -84,7 +90,12 @@ void after_fork_in_child() noexcept { general_allocator::global().after_fork_chi
 __attribute__((destructor)) void report_at_exit() noexcept {
   if (!ready.load(std::memory_order_acquire)) return;
   if (chosen.statistics) general_allocator::global().print_statistics(STDERR_FILENO);
-  if (chosen.debug && chosen.leaks) general_allocator::global().report_leaks(STDERR_FILENO);
+  if (chosen.debug && chosen.leaks) {
+    // The pool libstdc++ allocates at start-up and keeps for the whole run is not a leak of the
+    // program's; give it back first so that the report lists only the program's blocks.
+    if (__gnu_cxx::__freeres != nullptr) __gnu_cxx::__freeres();
+    general_allocator::global().report_leaks(STDERR_FILENO);
+  }
 }
 
 }  // namespace
