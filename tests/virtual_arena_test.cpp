@@ -56,6 +56,8 @@ TEST_F(virtual_arena_test, reserves_without_committing) {
   EXPECT_EQ(arena.high_water(), 0u);
   EXPECT_NE(arena.base(), nullptr);
   EXPECT_TRUE(aligned_to(arena.base(), os::page_size()));
+  EXPECT_EQ(arena.commit_step(), virtual_arena::default_commit_step);
+  EXPECT_TRUE(arena.options().prefault);  // the measured default
 }
 
 TEST_F(virtual_arena_test, reservation_is_rounded_up_to_pages) {
