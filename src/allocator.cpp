@@ -8,7 +8,6 @@ namespace memkit {
 namespace {
 
 malloc_allocator malloc_instance;
-std::atomic<allocator*> default_instance{&malloc_instance};
 
 bool malloc_aligns(std::size_t alignment) noexcept { return alignment <= default_alignment; }
 
@@ -48,10 +47,12 @@ bool malloc_allocator::do_is_equal(const allocator& other) const noexcept {
   return dynamic_cast<const malloc_allocator*>(&other) != nullptr;
 }
 
-allocator& default_allocator() noexcept { return *default_instance.load(std::memory_order_acquire); }
+namespace detail {
+std::atomic<allocator*> default_allocator_pointer{&malloc_instance};
+}  // namespace detail
 
 allocator& set_default_allocator(allocator& replacement) noexcept {
-  return *default_instance.exchange(&replacement, std::memory_order_acq_rel);
+  return *detail::default_allocator_pointer.exchange(&replacement, std::memory_order_acq_rel);
 }
 
 void* allocator_resource::do_allocate(std::size_t bytes, std::size_t alignment) {

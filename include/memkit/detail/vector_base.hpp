@@ -57,10 +57,15 @@ class vector_base;
 namespace detail {
 
 // 32-bit counts keep small_vector<int, N>'s overhead at 24 bytes; byte-sized elements keep
-// 64-bit counts so a byte buffer may exceed 4 GiB.
+// 64-bit counts so a byte buffer may exceed 4 GiB. The 32-bit count is a char32_t, not a
+// uint32_t, on purpose: under the aliasing rules a store through an int* may modify any int or
+// unsigned int, so with uint32_t counts the compiler reloads and rewrites size and capacity
+// around every element written in a push_back loop of ints; char32_t is a distinct type that no
+// int store can alias, so they stay in registers.
 template <class T>
 using vector_stored_size =
-    std::conditional_t<(sizeof(T) < 4 && sizeof(void*) >= 8), std::uint64_t, std::uint32_t>;
+    std::conditional_t<(sizeof(T) < 4 && sizeof(void*) >= 8), std::uint64_t,
+                       std::conditional_t<std::is_same_v<std::remove_cv_t<T>, char32_t>, std::uint32_t, char32_t>>;
 
 // The comparison <=> uses for elements: their own <=> when they have one, else one built from <.
 struct synth_three_way {
@@ -429,9 +434,10 @@ class vector_base {
   // Constructs an element from `args` at the end; returns it. Strong guarantee on growth.
   template <class... Args>
   reference emplace_back(Args&&... args) {
-    if (MEMKIT_LIKELY(size_ < capacity_)) {
-      T* slot = ::new (static_cast<void*>(data_ + size_)) T(std::forward<Args>(args)...);
-      ++size_;
+    const stored_size count = size_;  // one load, one store: no read-modify-write of size_
+    if (MEMKIT_LIKELY(count < capacity_)) {
+      T* slot = ::new (static_cast<void*>(data_ + count)) T(std::forward<Args>(args)...);
+      size_ = static_cast<stored_size>(count + 1);
       return *slot;
     }
     T* slot = grow_and_emplace_back(std::forward<Args>(args)...);
@@ -924,10 +930,56 @@ class vector_base {
     return true;
   }
 
-  // The slow path of emplace_back: grows, then constructs. Null when memory cannot be obtained
-  // (nothing changed). `args` may refer to elements of this container.
+  // True when emplace_back(args...) is a push_back of one T, whose address can be checked
+  // against the buffer (so growth may use reallocate()).
   template <class... Args>
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_emplace_back(Args&&... args) {
+  static constexpr bool is_single_value() noexcept {
+    if constexpr (sizeof...(Args) == 1) return (std::is_same_v<std::remove_cvref_t<Args>, T> && ...);
+    else return false;
+  }
+
+  // The slow path of emplace_back: grows, then constructs. Null when memory cannot be obtained
+  // (nothing changed, arguments untouched).
+  template <class... Args>
+  T* grow_and_emplace_back(Args&&... args) {
+    if constexpr (is_single_value<Args...>() && std::is_trivially_copyable_v<T> &&
+                  sizeof(T) <= 2 * sizeof(void*)) {
+      // A small trivially copyable value is passed on by copy: no aliasing check, and the caller's
+      // variable need not live in memory (which would slow down its push_back loop).
+      return grow_and_push_copy(T(std::forward<Args>(args)...));
+    } else if constexpr (is_single_value<Args...>()) {
+      return grow_and_push_back(std::forward<Args>(args)...);
+    } else {
+      // Arbitrary arguments may refer to elements: the buffer must not move before they are used,
+      // so growth is in place or into a new block, never through reallocate().
+      return grow_back<false>([&](T* slot) { ::new (static_cast<void*>(slot)) T(std::forward<Args>(args)...); });
+    }
+  }
+
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_push_copy(T value) {
+    return grow_back<true>([&](T* slot) { ::new (static_cast<void*>(slot)) T(value); });
+  }
+
+  template <class U>
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_push_back(U&& value) {
+    const T* source = std::addressof(value);
+    const size_type alias = detail::points_into(source, data_, data_ + size_)
+                                ? static_cast<size_type>(source - data_)
+                                : npos;
+    return grow_back<true>([&](T* slot) {
+      // After reallocate() an element passed by reference has moved with the buffer.
+      T& from = alias == npos ? const_cast<T&>(*source) : data_[alias];
+      ::new (static_cast<void*>(slot)) T(static_cast<U&&>(from));
+    });
+  }
+
+  // Grows for one more element and constructs it with construct(slot): in place through
+  // resize(); else, when MayReallocate and T is trivially relocatable, through reallocate();
+  // else in a new block where the element is built before the old ones move (strong guarantee).
+  // If construct throws after an in-place or reallocate growth, the elements are unchanged but
+  // capacity has grown.
+  template <bool MayReallocate, class Construct>
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_back(Construct&& construct) {
     if (size() >= max_size()) return nullptr;
     const size_type new_capacity = grown_capacity(size() + 1);
     if (!is_inline() && data_ != nullptr) {
@@ -935,22 +987,16 @@ class vector_base {
       const std::size_t new_bytes = new_capacity * sizeof(T);
       if (alloc().resize(data_, old_bytes, new_bytes, alignof(T))) {
         capacity_ = static_cast<stored_size>(new_capacity);
-        T* slot = ::new (static_cast<void*>(data_ + size_)) T(std::forward<Args>(args)...);
+        construct(data_ + size_);
         ++size_;
-        return slot;
+        return data_ + size_ - 1;
       }
-      if constexpr (relocatable()) {
-        // reallocate() may move the buffer under args: build the element first, then relocate it.
-        alignas(T) unsigned char staging[sizeof(T)];
-        T* staged = ::new (static_cast<void*>(staging)) T(std::forward<Args>(args)...);
+      if constexpr (MayReallocate && relocatable()) {
         void* moved = alloc().reallocate(data_, old_bytes, size() * sizeof(T), new_bytes, alignof(T));
-        if (moved == nullptr) {
-          std::destroy_at(staged);
-          return nullptr;
-        }
+        if (moved == nullptr) return nullptr;
         data_ = static_cast<T*>(moved);
         capacity_ = static_cast<stored_size>(new_capacity);
-        std::memcpy(static_cast<void*>(data_ + size_), static_cast<const void*>(staging), sizeof(T));
+        construct(data_ + size_);
         ++size_;
         return data_ + size_ - 1;
       }
@@ -959,7 +1005,7 @@ class vector_base {
     if (fresh == nullptr) return nullptr;
     T* slot = fresh + size_;
     try {
-      ::new (static_cast<void*>(slot)) T(std::forward<Args>(args)...);
+      construct(slot);
     } catch (...) {
       deallocate_block(fresh, fresh_capacity);
       throw;
