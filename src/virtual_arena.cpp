@@ -37,6 +37,8 @@ virtual_arena::virtual_arena(std::size_t reservation, virtual_arena_options opti
   prefault_ = options.prefault;
   std::size_t step = options.commit_step == 0 ? default_commit_step : options.commit_step;
   if (!round_up(step, granularity, commit_step_)) commit_step_ = detail::align_down(step, granularity);
+  step = options.prefault_step == 0 ? default_prefault_step : options.prefault_step;
+  if (!round_up(step, granularity, prefault_step_)) prefault_step_ = detail::align_down(step, granularity);
   if (options.retained_on_reset == std::numeric_limits<std::size_t>::max()) {
     retained_on_reset_ = options.retained_on_reset;
   } else if (!round_up(options.retained_on_reset, os::page_size(), retained_on_reset_)) {
@@ -52,7 +54,7 @@ virtual_arena::virtual_arena(std::size_t reservation, virtual_arena_options opti
     last_error_ = reserved.error();
     throw std::bad_alloc();
   }
-  base_ = cursor_ = committed_end_ = static_cast<char*>(reserved.value());
+  base_ = cursor_ = ready_end_ = committed_end_ = static_cast<char*>(reserved.value());
   reserved_end_ = base_ + bytes;
   if (huge_pages_) {
     // Advice on the reservation carries over to every part mprotect later commits. A refusal
@@ -77,10 +79,12 @@ virtual_arena::virtual_arena(virtual_arena&& other) noexcept
     : allocator(),
       base_(std::exchange(other.base_, nullptr)),
       cursor_(std::exchange(other.cursor_, nullptr)),
+      ready_end_(std::exchange(other.ready_end_, nullptr)),
       committed_end_(std::exchange(other.committed_end_, nullptr)),
       reserved_end_(std::exchange(other.reserved_end_, nullptr)),
       high_water_(std::exchange(other.high_water_, 0)),
       commit_step_(other.commit_step_),
+      prefault_step_(other.prefault_step_),
       retained_on_reset_(other.retained_on_reset_),
       last_error_(std::exchange(other.last_error_, 0)),
       huge_pages_(other.huge_pages_),
@@ -91,10 +95,12 @@ virtual_arena& virtual_arena::operator=(virtual_arena&& other) noexcept {
     release();
     base_ = std::exchange(other.base_, nullptr);
     cursor_ = std::exchange(other.cursor_, nullptr);
+    ready_end_ = std::exchange(other.ready_end_, nullptr);
     committed_end_ = std::exchange(other.committed_end_, nullptr);
     reserved_end_ = std::exchange(other.reserved_end_, nullptr);
     high_water_ = std::exchange(other.high_water_, 0);
     commit_step_ = other.commit_step_;
+    prefault_step_ = other.prefault_step_;
     retained_on_reset_ = other.retained_on_reset_;
     last_error_ = std::exchange(other.last_error_, 0);
     huge_pages_ = other.huge_pages_;
@@ -112,7 +118,7 @@ void virtual_arena::release() noexcept {
   // munmap of a range we mapped can only fail on a corrupted arena; nothing sensible is left to do
   // in a destructor but to say so in checked builds.
   MEMKIT_ASSERT(released.ok(), "virtual_arena: releasing the reservation failed");
-  base_ = cursor_ = committed_end_ = reserved_end_ = nullptr;
+  base_ = cursor_ = ready_end_ = committed_end_ = reserved_end_ = nullptr;
 }
 
 void* virtual_arena::allocate_slow(std::size_t size, std::size_t alignment) noexcept {
@@ -125,15 +131,41 @@ void* virtual_arena::allocate_slow(std::size_t size, std::size_t alignment) noex
   }
   char* block = cursor_ + padding;
   char* end = block + size;
-  if (end > committed_end_ && !commit_through(end)) return nullptr;
+  if (end > ready_end_ && !make_ready(end)) return nullptr;
   cursor_ = end;
   MEMKIT_UNPOISON(block, size);
   return block;
 }
 
+// Makes [base_, end) ready: commits whole commit steps as needed, then (with prefault) populates
+// whole prefault steps. On failure the arena is as it was (a step committed here is given back).
+bool virtual_arena::make_ready(char* end) noexcept {
+  char* const committed_before = committed_end_;
+  if (end > committed_end_ && !commit_through(end)) return false;
+  if (!prefault_) {
+    ready_end_ = committed_end_;
+    return true;
+  }
+  std::size_t target_offset = static_cast<std::size_t>(end - base_);
+  if (!round_up(target_offset, prefault_step_, target_offset) || target_offset > committed()) {
+    target_offset = committed();
+  }
+  char* target = base_ + target_offset;
+  if (auto populated = os::prefault(ready_end_, static_cast<std::size_t>(target - ready_end_)); !populated) {
+    last_error_ = populated.error();
+    // Give a step committed for this request back, so that the failure leaves the arena as it
+    // was; if even that fails the step stays committed, which is still a consistent state.
+    if (committed_end_ != committed_before) decommit_from(committed_before);
+    last_error_ = populated.error();
+    return false;
+  }
+  ready_end_ = target;
+  return true;
+}
+
+// Commits whole steps counted from the base, so the committed end lands on step boundaries (huge
+// page boundaries with huge pages) whatever the sizes requested.
 bool virtual_arena::commit_through(char* end) noexcept {
-  // Commit whole steps counted from the base, so the committed end lands on step boundaries (huge
-  // page boundaries with huge pages) whatever the sizes requested.
   std::size_t target_offset = static_cast<std::size_t>(end - base_);
   if (!round_up(target_offset, commit_step_, target_offset) || target_offset > reserved()) {
     target_offset = reserved();
@@ -143,17 +175,6 @@ bool virtual_arena::commit_through(char* end) noexcept {
   if (auto committed = os::commit(committed_end_, bytes); !committed) {
     last_error_ = committed.error();
     return false;
-  }
-  if (prefault_) {
-    if (auto populated = os::prefault(committed_end_, bytes); !populated) {
-      last_error_ = populated.error();
-      // Give the step back so the arena is as it was; if even that fails the step stays
-      // committed, which is still a consistent state.
-      if (os::decommit(committed_end_, bytes).ok()) return false;
-      MEMKIT_POISON(committed_end_, bytes);
-      committed_end_ = target;
-      return false;
-    }
   }
   MEMKIT_POISON(committed_end_, bytes);
   committed_end_ = target;
@@ -172,6 +193,7 @@ void virtual_arena::decommit_from(char* from) noexcept {
   // The fresh mapping that decommit puts in place has lost the huge-page advice; restore it.
   if (huge_pages_) static_cast<void>(os::advise_huge_pages(from, bytes).ok());
   committed_end_ = from;
+  if (ready_end_ > from) ready_end_ = from;
 }
 
 void virtual_arena::rewind(marker m) noexcept {
@@ -196,7 +218,7 @@ bool virtual_arena::commit_ahead(std::size_t bytes) noexcept {
     return false;
   }
   char* end = cursor_ + bytes;
-  return end <= committed_end_ || commit_through(end);
+  return end <= ready_end_ || make_ready(end);
 }
 
 bool virtual_arena::decommit_unused() noexcept {
@@ -230,7 +252,7 @@ bool virtual_arena::resize_block(char* p, std::size_t old_size, std::size_t new_
     return false;
   }
   char* end = cursor_ + growth;
-  if (end > committed_end_ && !commit_through(end)) return false;
+  if (end > ready_end_ && !make_ready(end)) return false;
   MEMKIT_UNPOISON(cursor_, growth);
   cursor_ = end;
   return true;

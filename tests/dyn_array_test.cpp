@@ -429,7 +429,7 @@ TEST_F(dyn_array_test, huge_page_option_works) {
 
 TEST_F(dyn_array_test, prefault_option_makes_each_step_resident) {
   const std::size_t step = 16 * MiB;
-  dyn_array<char> a(1024 * MiB, {.commit_step = step, .prefault = true});
+  dyn_array<char> a(1024 * MiB, {.prefault_step = step, .prefault = true});
   auto before = os::current_resident_bytes();
   a.push_back('a');
   auto after = os::current_resident_bytes();

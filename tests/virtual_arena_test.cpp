@@ -163,13 +163,36 @@ TEST_F(virtual_arena_test, a_failed_prefault_gives_the_step_back) {
 
 TEST_F(virtual_arena_test, prefault_makes_the_step_resident) {
   const std::size_t step = 32 * MiB;
-  virtual_arena arena(256 * MiB, {.commit_step = step, .prefault = true});
+  virtual_arena arena(256 * MiB, {.commit_step = step, .prefault_step = step, .prefault = true});
   auto before = os::current_resident_bytes();
   ASSERT_TRUE(before.ok());
   ASSERT_NE(arena.allocate(16), nullptr);
   auto after = os::current_resident_bytes();
   ASSERT_TRUE(after.ok());
   EXPECT_GE(after.value(), before.value() + step / 2);
+}
+
+TEST_F(virtual_arena_test, prefault_runs_one_prefault_step_ahead_within_a_larger_commit_step) {
+  virtual_arena arena(256 * MiB, {.commit_step = 8 * MiB, .prefault_step = 256 * 1024});
+  EXPECT_EQ(arena.prefault_step(), 256u * 1024);
+  ASSERT_NE(arena.allocate(100), nullptr);
+  EXPECT_EQ(arena.committed(), 8 * MiB);
+  EXPECT_EQ(arena.ready(), 256u * 1024);
+  ASSERT_NE(arena.allocate(300 * 1024), nullptr);
+  EXPECT_EQ(arena.committed(), 8 * MiB);
+  EXPECT_EQ(arena.ready(), 512u * 1024);
+  // A failed prefault inside the committed step: null, nothing changes.
+  const auto before = arena.statistics();
+  os::testing::inject_failure(os::testing::operation::prefault, 1);
+  EXPECT_EQ(arena.allocate(1 * MiB), nullptr);
+  EXPECT_EQ(arena.last_error(), ENOMEM);
+  EXPECT_EQ(arena.used(), before.used);
+  EXPECT_EQ(arena.committed(), before.committed);
+  EXPECT_EQ(arena.ready(), 512u * 1024);
+  // Without prefault, everything committed is ready.
+  virtual_arena lazy(64 * MiB, {.commit_step = 4 * MiB, .prefault = false});
+  ASSERT_NE(lazy.allocate(1), nullptr);
+  EXPECT_EQ(lazy.ready(), 4 * MiB);
 }
 
 TEST_F(virtual_arena_test, marks_rewind_and_scopes_free_in_stack_order) {

@@ -43,28 +43,25 @@
 
 namespace memkit {
 
-// Construction options of a dyn_array.
+// Construction options of a dyn_array (the same policy knobs as virtual_arena's, which holds the
+// elements). Sizes are rounded up to the page size (the huge page size with huge_pages).
 struct dyn_array_options {
-  // Bytes committed per growth step; 0 picks dyn_array_default_commit_step. Rounded up to the
-  // page size (the huge page size with huge_pages).
+  // Bytes committed (mprotect) per growth step; 0 picks virtual_arena::default_commit_step (8 MiB).
+  // Committing costs commit charge, not physical memory, so a large step only makes the system
+  // calls rare.
   std::size_t commit_step = 0;
+  // With prefault, bytes populated per step ahead of the last element; 0 picks
+  // virtual_arena::default_prefault_step (256 KiB). The append that crosses a step pays for
+  // populating all of it; resident memory stays within one such step of the payload.
+  std::size_t prefault_step = 0;
   // Back the array with transparent huge pages where the system has them (a hint).
   bool huge_pages = false;
-  // Populate each committed step with physical pages in one system call (MADV_POPULATE_WRITE)
-  // instead of one page fault per page. On by default: measured 3-4x faster appends than faulting
-  // page by page (a fault costs microseconds, more under virtualization), and a shortage surfaces
-  // as bad_alloc at the append that commits instead of a SIGBUS or OOM kill later. The price: the
-  // append that commits a step populates the whole step (resident memory runs up to one step
-  // ahead of the payload). Turn it off for arrays that are reserved far ahead of use.
+  // Populate memory one prefault_step at a time in one system call (MADV_POPULATE_WRITE) instead
+  // of one page fault per page. On by default: measured 3-4x faster appends than faulting page by
+  // page (a fault costs microseconds, more under virtualization), and a shortage surfaces as
+  // bad_alloc at the append that crosses the step instead of a SIGBUS or OOM kill later.
   bool prefault = true;
 };
-
-// The commit step dyn_array uses by default (rounded up to 2 MiB with huge pages). Measured with
-// the "reserve-commit" bench suite (experiment commit-step, see docs/dyn_array.md): with prefault,
-// append throughput is flat from 256 KiB up while smaller steps pay a system call per few pages,
-// and the append that commits populates one step, so the smallest step on the plateau also gives
-// the lowest worst-case append latency.
-inline constexpr std::size_t dyn_array_default_commit_step = std::size_t{256} << 10;
 
 template <class T>
 class dyn_array {
@@ -251,9 +248,10 @@ class dyn_array {
   size_type size() const noexcept { return static_cast<size_type>(end_ - data_); }
   // The bound given at construction: the array can never hold more.
   size_type max_size() const noexcept { return max_size_; }
-  // Elements that fit in committed memory (appends up to it make no system call).
+  // Elements that fit in memory that is ready (committed and, with prefault, populated): appends
+  // up to it make no system call.
   size_type capacity() const noexcept { return static_cast<size_type>(capacity_end_ - data_); }
-  // Commits ahead so that `count` elements fit without a system call. Throws std::length_error
+  // Commits (and prefaults) ahead so that `count` elements fit without a system call. Throws std::length_error
   // when count > max_size(), std::bad_alloc when the system refuses (nothing changes then).
   void reserve(size_type count) {
     if (count > capacity()) grow_or_throw(count);
@@ -455,7 +453,8 @@ class dyn_array {
 
   static virtual_arena_options arena_options(const dyn_array_options& options) noexcept {
     virtual_arena_options result;
-    result.commit_step = options.commit_step == 0 ? dyn_array_default_commit_step : options.commit_step;
+    result.commit_step = options.commit_step;
+    result.prefault_step = options.prefault_step;
     result.retained_on_reset = 0;
     result.huge_pages = options.huge_pages;
     result.prefault = options.prefault;
@@ -470,11 +469,11 @@ class dyn_array {
     MEMKIT_ASSERT(pos >= data_ && pos <= end_, "dyn_array: position out of range");
   }
 
-  // Makes the element block in the arena cover all committed memory (up to max_size), so appends
+  // Makes the element block in the arena cover all ready memory (up to max_size), so appends
   // within it need no call into the arena. `block` is the block's current size in bytes.
   void claim_committed(size_type block) noexcept {
     const size_type limit = max_size_ * sizeof(T);
-    size_type target = arena_.committed() < limit ? arena_.committed() : limit;
+    size_type target = arena_.ready() < limit ? arena_.ready() : limit;
     target -= target % sizeof(T);
     if (target > block && block != 0 && arena_.resize(data_, block, target, alignof(T))) block = target;
     capacity_end_ = data_ + block / sizeof(T);
@@ -487,7 +486,9 @@ class dyn_array {
     const size_type block = capacity() * sizeof(T);
     const size_type wanted = count * sizeof(T);
     if (block == 0) {
-      if (arena_.allocate(wanted, alignof(T)) == nullptr) return false;
+      void* first = arena_.allocate(wanted, alignof(T));
+      if (first == nullptr) return false;
+      MEMKIT_ASSERT(first == data_, "dyn_array: the element block must start at the reservation");
     } else if (!arena_.resize(data_, block, wanted, alignof(T))) {
       return false;
     }

@@ -34,8 +34,13 @@ namespace memkit {
 struct virtual_arena_options {
   // Bytes committed per step when the cursor crosses the committed end; 0 picks
   // virtual_arena::default_commit_step. Larger steps mean fewer system calls (each mprotect costs
-  // about a microsecond whatever its size); committed-but-untouched pages cost no physical memory.
+  // about a microsecond whatever its size, and now and then milliseconds when it waits for the
+  // address-space lock); committed-but-untouched pages cost commit charge, not physical memory.
   std::size_t commit_step = 0;
+  // With prefault, bytes populated per step ahead of the cursor (at most up to the committed end);
+  // 0 picks virtual_arena::default_prefault_step. The allocation that crosses it pays for
+  // populating one such step, and resident memory runs at most one such step ahead of use.
+  std::size_t prefault_step = 0;
   // Bytes that reset() keeps committed (from the start of the arena); the rest is decommitted,
   // giving physical pages and commit charge back. SIZE_MAX keeps everything (reset is then a
   // single store).
@@ -43,11 +48,11 @@ struct virtual_arena_options {
   // Aligns the reservation and the commit step to the transparent huge page size and asks the
   // system for huge pages (fewer page faults and TLB misses). A hint: ignored where unsupported.
   bool huge_pages = false;
-  // Populates each newly committed step with physical pages in one system call
-  // (MADV_POPULATE_WRITE) instead of one page fault per page: measured 3-4x cheaper per page (see
+  // Populates memory with physical pages one prefault_step at a time, in one system call each
+  // (MADV_POPULATE_WRITE), instead of one page fault per page: measured 3-4x cheaper per page (see
   // docs/virtual_arena.md), and a shortage is reported as a failed allocation instead of a later
-  // SIGBUS or OOM kill. The cost: resident memory runs up to one commit step ahead of use. Turn it
-  // off for sparse use of a large committed range.
+  // SIGBUS or OOM kill. The cost: resident memory runs up to one prefault step ahead of use. Turn
+  // it off for sparse use of a large range.
   bool prefault = true;
 };
 
@@ -61,11 +66,15 @@ struct virtual_arena_statistics {
 
 class virtual_arena final : public allocator {
  public:
-  // The commit step used when the options give none. Measured (bench suite reserve-commit,
-  // experiment commit-step): with prefault, throughput is flat from 256 KiB up, while the
-  // allocation that commits populates a whole step, so the smallest step on the plateau keeps
-  // both the worst-case allocation latency and the resident memory ahead of use lowest.
-  static constexpr std::size_t default_commit_step = std::size_t{256} << 10;
+  // The commit step used when the options give none: large, so that mprotect calls (and their
+  // occasional multi-millisecond waits for the address-space lock, measured in the reserve-commit
+  // suite) are rare; it costs commit charge only, not physical memory.
+  static constexpr std::size_t default_commit_step = std::size_t{8} << 20;
+  // The prefault step used when the options give none. Measured (bench suite reserve-commit,
+  // experiment commit-step): throughput is flat from 256 KiB up, and the allocation that crosses a
+  // step populates all of it, so the smallest step on the plateau keeps both the worst-case
+  // allocation latency and the resident memory ahead of use lowest.
+  static constexpr std::size_t default_prefault_step = std::size_t{256} << 10;
 
   // A position of the cursor, taken by mark() and given back to rewind().
   struct marker {
@@ -120,7 +129,7 @@ class virtual_arena final : public allocator {
     size += static_cast<std::size_t>(size == 0);
     const auto cursor = reinterpret_cast<std::uintptr_t>(cursor_);
     const std::size_t padding = (std::uintptr_t{0} - cursor) & (alignment - 1);
-    const auto room = static_cast<std::size_t>(committed_end_ - cursor_);
+    const auto room = static_cast<std::size_t>(ready_end_ - cursor_);
     if (MEMKIT_LIKELY(size <= room && padding <= room - size)) {
       char* block = cursor_ + padding;
       cursor_ = block + size;
@@ -200,9 +209,12 @@ class virtual_arena final : public allocator {
   [[nodiscard]] std::size_t committed() const noexcept { return static_cast<std::size_t>(committed_end_ - base_); }
   // Bytes from the start of the arena to the cursor.
   [[nodiscard]] std::size_t used() const noexcept { return static_cast<std::size_t>(cursor_ - base_); }
+  // Bytes from the start that are ready: committed and, with prefault, populated. Allocations
+  // below it make no system call.
+  [[nodiscard]] std::size_t ready() const noexcept { return static_cast<std::size_t>(ready_end_ - base_); }
   // Bytes that can still be allocated without a system call (ignoring alignment padding).
   [[nodiscard]] std::size_t available_committed() const noexcept {
-    return static_cast<std::size_t>(committed_end_ - cursor_);
+    return static_cast<std::size_t>(ready_end_ - cursor_);
   }
   // The largest used() ever reached.
   [[nodiscard]] std::size_t high_water() const noexcept {
@@ -217,9 +229,11 @@ class virtual_arena final : public allocator {
   [[nodiscard]] void* base() const noexcept { return base_; }
   // The commit step in use, after rounding.
   [[nodiscard]] std::size_t commit_step() const noexcept { return commit_step_; }
+  // The prefault step in use, after rounding.
+  [[nodiscard]] std::size_t prefault_step() const noexcept { return prefault_step_; }
   // The options the arena was built with, after rounding.
   [[nodiscard]] virtual_arena_options options() const noexcept {
-    return {commit_step_, retained_on_reset_, huge_pages_, prefault_};
+    return {commit_step_, prefault_step_, retained_on_reset_, huge_pages_, prefault_};
   }
   // The system's error number of the last failed allocation, commit or decommit (ENOMEM when the
   // reservation was exhausted), 0 when none failed yet. os::error_message() turns it into text.
@@ -240,6 +254,7 @@ class virtual_arena final : public allocator {
 
  private:
   void* allocate_slow(std::size_t size, std::size_t alignment) noexcept;
+  bool make_ready(char* end) noexcept;
   bool commit_through(char* end) noexcept;
   void decommit_from(char* from) noexcept;
   bool resize_block(char* p, std::size_t old_size, std::size_t new_size) noexcept;
@@ -248,10 +263,12 @@ class virtual_arena final : public allocator {
 
   char* base_ = nullptr;           // start of the reservation
   char* cursor_ = nullptr;         // end of the most recent allocation
+  char* ready_end_ = nullptr;      // [base_, ready_end_) is committed and, with prefault, populated
   char* committed_end_ = nullptr;  // [base_, committed_end_) is readable and writable
   char* reserved_end_ = nullptr;   // end of the reservation
   std::size_t high_water_ = 0;     // largest used() seen when the cursor last moved back
   std::size_t commit_step_ = 0;
+  std::size_t prefault_step_ = 0;
   std::size_t retained_on_reset_ = 0;
   int last_error_ = 0;
   bool huge_pages_ = false;
