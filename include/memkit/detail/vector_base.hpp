@@ -614,7 +614,9 @@ class vector_base {
 
   T* inline_buffer() const noexcept {
     // The derived small_vector places its storage exactly here (checked in its constructor).
-    return reinterpret_cast<T*>(const_cast<char*>(reinterpret_cast<const char*>(this)) + inline_offset());
+    // Integer arithmetic, because vector_base itself ends before this address and GCC's bounds
+    // analysis would flag the (never executed for vector<T>) inline paths of a memkit::vector.
+    return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(this) + inline_offset());
   }
 
   // Builds contents from a vector_base being moved from (move constructors). This one must be
