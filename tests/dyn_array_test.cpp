@@ -165,10 +165,16 @@ bool limit_data_growth(std::size_t growth) {
 TEST_F(dyn_array_test, appends_under_a_small_rlimit_data_fail_cleanly_in_a_child) {
   EXPECT_EXIT(
       {
-        dyn_array<int> a(1'000'000'000);  // 4 GB reserved before the limit applies
+        // 4 GB reserved before the limit applies; 1 MiB commit steps.
+        dyn_array<int> a(1'000'000'000, {.commit_step = 1 * MiB});
+        // Headroom given back before the throwing append below: less than a commit step, so the
+        // commit still fails, but enough for the runtime (and ASan) to allocate the exception.
+        auto headroom = os::map(768 * 1024);
+        if (!headroom) _exit(6);
         if (!limit_data_growth(32 * MiB)) _exit(4);
         std::size_t appended = 0;
         while (a.try_push_back(static_cast<int>(appended))) ++appended;
+        if (!os::release(headroom.value(), 768 * 1024)) _exit(7);
         // Stopped by the limit, not by max_size; everything appended is intact.
         bool clean = appended > 1'000'000 && appended <= 32 * MiB / sizeof(int) && a.size() == appended;
         for (std::size_t i = 0; clean && i < appended; i += 4099) clean = a[i] == static_cast<int>(i);
