@@ -114,8 +114,9 @@ class general_allocator final : public allocator {
   general_allocator(const general_allocator&) = delete;
   general_allocator& operator=(const general_allocator&) = delete;
 
-  // The process-wide instance (the drop-in malloc's). Constructed on first use, usable before
-  // main and during static destruction, never destroyed, and never calls malloc.
+  // The process-wide instance (the drop-in malloc's). Constant-initialized (no constructor runs,
+  // so it is usable from any static constructor, before main and during static destruction),
+  // never destroyed, and never calls malloc.
   static general_allocator& global() noexcept;
 
   // Replaces the options. Switch debug mode before the first allocation: blocks allocated before
@@ -186,11 +187,14 @@ class general_allocator final : public allocator {
   allocation do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept override;
 
  private:
+  friend struct global_instance_holder;
   struct global_tag {};
-  explicit general_allocator(global_tag) noexcept;
+  // The global instance: constant initialization only (its state is set up on first use).
+  constexpr general_allocator(global_tag, impl* state) noexcept : impl_(state), global_(true) {}
 
   options options_;
   impl* impl_ = nullptr;  // lives in memory from the os layer, never from malloc
+  bool global_ = false;   // global(): thread heaps in a thread_local, not a pthread key
 };
 
 }  // namespace memkit

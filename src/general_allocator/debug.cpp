@@ -332,7 +332,7 @@ std::size_t general_allocator::report_leaks(int fd) const noexcept {
           // collected count as live).
           if (pg->used != 0) {
             write_format(fd, "memkit: %u live blocks of %u bytes in the page at %p (no debug records)\n",
-                         pg->used, pg->block_size, static_cast<void*>(pg->start));
+                         static_cast<unsigned>(pg->used), pg->block_size, static_cast<void*>(pg->start));
             count += pg->used;
             bytes += static_cast<std::size_t>(pg->used) * pg->block_size;
           }

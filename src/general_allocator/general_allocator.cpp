@@ -42,13 +42,25 @@ general_allocator::general_allocator(const options& opts) noexcept : options_(op
   init_impl(impl_, this, false);
 }
 
-general_allocator::general_allocator(global_tag) noexcept {
-  // The global instance's state lives in static storage: no system call can fail here, and
-  // nothing is ever destroyed, so it outlives every static destructor that frees memory.
-  alignas(impl) static unsigned char storage[sizeof(impl)];
-  impl_ = new (storage) impl();
-  init_impl(impl_, this, true);
-}
+// The global instance and its state are constant-initialized static objects: no constructor
+// runs, so no initialization order can reach them too early, and the holder's destructor does
+// nothing, so they outlive every static destructor that frees memory. Its thread-exit key is
+// created by the first heap attach (heap.cpp).
+struct global_instance_holder {
+  union {
+    general_allocator instance;
+  };
+  constexpr global_instance_holder() noexcept;
+  ~global_instance_holder() {}  // never destroys `instance`
+};
+
+extern global_instance_holder global_holder;
+constinit general_allocator::impl global_impl{&global_holder.instance, true};
+constexpr global_instance_holder::global_instance_holder() noexcept
+    : instance(general_allocator::global_tag{}, &global_impl) {}
+constinit global_instance_holder global_holder;
+
+void thread_exit_hook(void* value) { on_thread_exit(value); }
 
 general_allocator::~general_allocator() {
   if (impl_ == nullptr) return;
@@ -58,11 +70,7 @@ general_allocator::~general_allocator() {
   (void)os::release(impl_, impl_bytes());
 }
 
-general_allocator& general_allocator::global() noexcept {
-  alignas(general_allocator) static unsigned char storage[sizeof(general_allocator)];
-  static general_allocator* const instance = new (storage) general_allocator(global_tag{});
-  return *instance;
-}
+general_allocator& general_allocator::global() noexcept { return global_holder.instance; }
 
 void general_allocator::configure(const options& opts) noexcept {
   options_ = opts;
@@ -71,28 +79,58 @@ void general_allocator::configure(const options& opts) noexcept {
 
 // ---- allocation ---------------------------------------------------------------------------------
 
-void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexcept {
-  impl* im = impl_;
-  // alignment - 1 < 16 with no common bit: 1, 2, 4, 8 or 16 (0 wraps around and is rejected).
-  if (MEMKIT_LIKELY(size - 1 < 1024 && alignment - 1 < default_alignment &&
-                    (alignment & (alignment - 1)) == 0 && !options_.debug && im != nullptr)) {
+namespace {
+
+// Everything allocate() does not finish inline: private instances, first use of a thread, other
+// sizes and alignments, debug mode. Out of line so the fast path needs no stack frame.
+[[gnu::noinline]] void* allocate_fallback(general_allocator::impl* im, std::size_t size,
+                                          std::size_t alignment) noexcept {
+  if (im == nullptr) return nullptr;
+  if (size - 1 < 1024 && alignment <= default_alignment && !im->self->current_options().debug &&
+      detail::is_power_of_two(alignment)) {
     heap* h = current_heap(im);
-    if (MEMKIT_UNLIKELY(h == nullptr)) return nullptr;
-    const std::size_t cls = (size <= 8 && alignment <= 8) ? 0 : class_of(size);
+    if (h == nullptr) return nullptr;
+    const std::size_t cls = small_class_table[(size + 15) >> 4] -
+                            static_cast<std::size_t>((size <= 8) & (alignment <= 8));
     page* pg = h->queues[0][cls].first;
-    if (MEMKIT_LIKELY(pg != nullptr)) {
+    if (pg != nullptr && pg->free != nullptr) {
       block* b = pg->free;
-      if (MEMKIT_LIKELY(b != nullptr)) {
-        pg->free = b->next;
-        ++pg->used;
-        bump(h->counters[cls].allocations);
-        return b;
-      }
+      pg->free = b->next;
+      ++pg->used;
+      bump(h->counters[cls].allocations);
+      return b;
     }
     return im->allocate_slow(h, cls, false);
   }
-  if (im == nullptr) return nullptr;
   return im->allocate_generic(size, alignment, false);
+}
+
+}  // namespace
+
+void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexcept {
+  // Fast path: the global instance, a thread that has its heap, 1..1024 bytes at alignment 1, 2,
+  // 4, 8 or 16 (the bits of 0x10116), release mode. Every other case takes the fallback.
+  if (MEMKIT_LIKELY(size - 1 < 1024 && alignment <= default_alignment && global_ && !options_.debug &&
+                    ((0x10116u >> alignment) & 1u) != 0)) {
+    heap* h = global_heap;
+    if (MEMKIT_LIKELY(h != nullptr)) {
+      // Class 0 (8-byte blocks, 8-aligned) only when the caller accepts 8-byte alignment.
+      const std::size_t cls = small_class_table[(size + 15) >> 4] -
+                              static_cast<std::size_t>((size <= 8) & (alignment <= 8));
+      page* pg = h->queues[0][cls].first;
+      if (MEMKIT_LIKELY(pg != nullptr)) {
+        block* b = pg->free;
+        if (MEMKIT_LIKELY(b != nullptr)) {
+          pg->free = b->next;
+          ++pg->used;
+          bump(h->counters[cls].allocations);
+          return b;
+        }
+      }
+      return impl_->allocate_slow(h, cls, false);
+    }
+  }
+  return allocate_fallback(impl_, size, alignment);
 }
 
 void* general_allocator::allocate_zeroed(std::size_t size, std::size_t alignment) noexcept {
@@ -140,9 +178,9 @@ void general_allocator::impl::free_block(segment* s, page* pg, void* p) noexcept
   if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id())) {
     b->next = pg->free;
     pg->free = b;
-    heap* h = s->owner.load(std::memory_order_relaxed);
-    bump(h->counters[pg->size_class].frees);
-    if (MEMKIT_UNLIKELY(--pg->used == 0 || pg->in_full)) free_local_slow(h, pg);
+    if (MEMKIT_UNLIKELY(--pg->used == 0 || pg->in_full)) {
+      free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
+    }
     return;
   }
   if (s->kind == segment_kind::huge) {
@@ -169,9 +207,9 @@ void general_allocator::free(void* p) noexcept {
   if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id())) {
     b->next = pg->free;
     pg->free = b;
-    heap* h = s->owner.load(std::memory_order_relaxed);
-    bump(h->counters[pg->size_class].frees);
-    if (MEMKIT_UNLIKELY(--pg->used == 0 || pg->in_full)) im->free_local_slow(h, pg);
+    if (MEMKIT_UNLIKELY(--pg->used == 0 || pg->in_full)) {
+      im->free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
+    }
     return;
   }
   if (s->kind == segment_kind::huge) {

@@ -10,13 +10,15 @@ namespace memkit {
 using namespace gpa;
 
 namespace gpa {
-thread_local heap* global_heap __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local heap* global_heap __attribute__((tls_model("initial-exec"))) = nullptr;
 }  // namespace gpa
 
 heap* general_allocator::impl::attach_heap() noexcept {
+  if (!is_global && !key_created) return nullptr;  // no per-thread slot: nothing can be cached
   heap* h = nullptr;
   {
     lock_guard guard(lock);
+    if (!key_created) key_created = pthread_key_create(&key, &thread_exit_hook) == 0;
     if (abandoned != nullptr) {
       h = abandoned;
       abandoned = h->next_abandoned;

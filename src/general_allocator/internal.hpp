@@ -62,8 +62,15 @@ constexpr std::size_t class_block_size(std::size_t c) noexcept {
 
 // The class of a request of `size` bytes (1 <= size <= large_max) needing 16-byte alignment at
 // most (8 when `size` <= 8 and alignment <= 8).
+// Classes of sizes up to 1024, indexed by (size + 15) / 16 (size_classes.cpp).
+struct class_table {
+  std::uint8_t entries[65];
+  constexpr std::uint8_t operator[](std::size_t i) const noexcept { return entries[i]; }
+};
+extern const class_table small_class_table;
+
 inline std::size_t class_of(std::size_t size) noexcept {
-  if (size <= 128) return (size + 15) >> 4;
+  if (size <= 1024) return small_class_table[(size + 15) >> 4];
   const std::size_t w = size - 1;
   const unsigned b = 63u - static_cast<unsigned>(__builtin_clzll(w));
   return 9 + (b - 7) * 4 + ((w >> (b - 2)) & 3);
@@ -132,9 +139,34 @@ struct debug_record {
 };
 enum record_state : std::uint8_t { never_used = 0, live = 1, freed = 2 };
 
+// A count only the owning thread changes: plain loads and stores (no locked instruction), but
+// atomic so that statistics() may read it from another thread.
+class owned_count {
+ public:
+  owned_count& operator=(std::uint32_t v) noexcept {
+    value_.store(v, std::memory_order_relaxed);
+    return *this;
+  }
+  operator std::uint32_t() const noexcept { return value_.load(std::memory_order_relaxed); }
+  std::uint32_t operator++() noexcept { return add(1); }
+  std::uint32_t operator--() noexcept { return add(static_cast<std::uint32_t>(-1)); }
+  owned_count& operator-=(std::uint32_t n) noexcept {
+    add(static_cast<std::uint32_t>(0u - n));
+    return *this;
+  }
+
+ private:
+  std::uint32_t add(std::uint32_t n) noexcept {
+    const std::uint32_t v = value_.load(std::memory_order_relaxed) + n;
+    value_.store(v, std::memory_order_relaxed);
+    return v;
+  }
+  std::atomic<std::uint32_t> value_{0};
+};
+
 struct page {
   block* free = nullptr;            // blocks ready to hand out (owner only)
-  std::uint32_t used = 0;           // blocks handed out and not collected back
+  owned_count used;                 // blocks handed out and not collected back
   std::uint32_t capacity = 0;       // blocks carved from the page so far
   std::uint32_t reserved = 0;       // blocks that fit in the page
   std::uint32_t block_size = 0;     // bytes per block
@@ -193,9 +225,10 @@ struct page_queue {
   page* last = nullptr;
 };
 
+// Per-class counters of a heap. Frees are not counted on the fast path: statistics() derives them
+// as allocations minus the live blocks it finds in the pages.
 struct class_counters {
   std::atomic<std::uint64_t> allocations{0};
-  std::atomic<std::uint64_t> frees{0};
   std::atomic<std::uint64_t> pages{0};
 };
 
@@ -227,6 +260,9 @@ struct heap {
 namespace memkit {
 
 struct general_allocator::impl {
+  impl() noexcept = default;
+  constexpr impl(general_allocator* owner, bool global) noexcept : self(owner), is_global(global) {}
+
   general_allocator* self = nullptr;
   bool is_global = false;
   pthread_key_t key{};
@@ -290,6 +326,9 @@ struct general_allocator::impl {
   void release_everything() noexcept;
 };
 
+// Abandons the heap of an exiting thread (the pthread key destructor of every instance).
+void thread_exit_hook(void* value);
+
 }  // namespace memkit
 
 namespace memkit::gpa {
@@ -321,7 +360,8 @@ inline page* page_of(segment* s, const void* p) noexcept {
 }
 
 // The calling thread's heap of the global instance (null until its first allocation).
-extern thread_local heap* global_heap __attribute__((tls_model("initial-exec")));
+// constinit: no dynamic initialization, so accesses need no TLS wrapper call.
+extern constinit thread_local heap* global_heap __attribute__((tls_model("initial-exec")));
 
 // A value unique to each live thread, cheap to read: the address of its global_heap slot.
 inline std::uintptr_t current_thread_id() noexcept {

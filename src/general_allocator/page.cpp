@@ -59,6 +59,7 @@ void maybe_release(general_allocator::impl* im, heap* h, page* pg) noexcept {
 }  // namespace gpa
 
 void general_allocator::impl::collect_page(heap* h, page* pg) noexcept {
+  (void)h;
   if ((pg->thread_free.load(std::memory_order_relaxed) & ~tf_state_mask) == 0) return;
   // Take the whole list, keeping the notification state.
   const std::uintptr_t taken = pg->thread_free.fetch_and(tf_state_mask, std::memory_order_acquire);
@@ -73,7 +74,6 @@ void general_allocator::impl::collect_page(heap* h, page* pg) noexcept {
   tail->next = pg->free;
   pg->free = list;
   pg->used -= count;
-  bump(h->counters[pg->size_class].frees, count);
 }
 
 void general_allocator::impl::drain_notified(heap* h) noexcept {

@@ -36,8 +36,6 @@ std::size_t segment_header_touched() noexcept { return detail::align_up(sizeof(s
 
 namespace {
 
-constexpr std::size_t max_cached_segments = 8;
-
 void purge_list_remove(heap* h, page* pg) noexcept {
   if (pg->prev != nullptr) pg->prev->next = pg->next;
   else h->purge_first = pg->next;
@@ -140,19 +138,13 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
     (void)os::discard(reinterpret_cast<char*>(s) + segment_header_bytes, segment_size - segment_header_bytes);
     resident_bytes.fetch_sub(retained, std::memory_order_relaxed);
   }
-  {
-    lock_guard guard(lock);
-    if (cached_count < max_cached_segments) {
-      s->next = cached;
-      cached = s;
-      ++cached_count;
-      return;
-    }
-  }
-  segment_map_set(s, false);
-  (void)os::release(s, segment_size);
-  mapped_bytes.fetch_sub(segment_size, std::memory_order_relaxed);
-  resident_bytes.fetch_sub(segment_header_touched(), std::memory_order_relaxed);
+  // Cached, not unmapped: a segment header stays readable for the allocator's lifetime (until
+  // purge()), so statistics() and report_leaks() can walk heaps from another thread. Its pages
+  // were discarded above; only the header stays resident.
+  lock_guard guard(lock);
+  s->next = cached;
+  cached = s;
+  ++cached_count;
 }
 
 page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug) noexcept {

@@ -19,13 +19,22 @@ struct general_allocator::statistics general_allocator::statistics() const noexc
     ++s.heaps;
     for (std::size_t c = 0; c < class_count; ++c) {
       s.size_classes[c].allocations += h->counters[c].allocations.load(std::memory_order_relaxed);
-      s.size_classes[c].frees += h->counters[c].frees.load(std::memory_order_relaxed);
       s.size_classes[c].pages += static_cast<std::size_t>(h->counters[c].pages.load(std::memory_order_relaxed));
+    }
+    // Live blocks are counted in the pages (the fast paths do not count frees). Reading another
+    // thread's heap is safe (segments are never unmapped while the allocator lives, counts are
+    // atomic) but only a snapshot.
+    for (segment* seg = h->segments; seg != nullptr; seg = seg->next) {
+      for (unsigned i = 0; i < seg->page_count; ++i) {
+        const page& pg = seg->pages[i];
+        if (pg.in_use) s.size_classes[pg.size_class].live_blocks += pg.used;
+      }
     }
   }
   for (std::size_t c = 0; c < class_count; ++c) {
     auto& k = s.size_classes[c];
-    k.live_blocks = k.allocations >= k.frees ? k.allocations - k.frees : 0;
+    if (k.live_blocks > k.allocations) k.live_blocks = k.allocations;
+    k.frees = k.allocations - k.live_blocks;
     s.allocations += k.allocations;
     s.frees += k.frees;
     s.live_bytes += static_cast<std::size_t>(k.live_blocks) * k.block_size;
