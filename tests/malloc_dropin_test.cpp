@@ -157,10 +157,15 @@ TEST(malloc_preload_debug, double_free_traces_name_the_places) {
   ASSERT_NE(second, std::string::npos) << out.output;
   EXPECT_LT(allocated, first);
   EXPECT_LT(first, second);
-  // Each trace goes through the entry point the program called.
-  EXPECT_NE(out.output.find("malloc+", allocated), std::string::npos) << out.output;
-  EXPECT_NE(out.output.find("free+", first), std::string::npos) << out.output;
-  EXPECT_NE(out.output.find("free+", second), std::string::npos) << out.output;
+  // Each trace reaches the program's own code (the frame that called malloc or free), however
+  // many allocator frames the build inlined.
+  auto program_frame_between = [&](std::size_t from, std::size_t to) {
+    auto at = out.output.find("memkit_malloc_misuse+", from);
+    return at != std::string::npos && at < to;
+  };
+  EXPECT_TRUE(program_frame_between(allocated, first)) << out.output;
+  EXPECT_TRUE(program_frame_between(first, second)) << out.output;
+  EXPECT_TRUE(program_frame_between(second, out.output.size())) << out.output;
 }
 
 TEST(malloc_preload_debug, free_of_a_pointer_it_does_not_own_is_reported) {

@@ -41,6 +41,7 @@ void* __libc_pvalloc(std::size_t size) noexcept;
 
 namespace {
 
+using memkit::malloc_runtime::error_number;
 using memkit::malloc_runtime::heap;
 
 // What malloc guarantees on x86-64 glibc (alignof(max_align_t)); smaller requests get it too.
@@ -49,7 +50,7 @@ constexpr std::size_t malloc_alignment = alignof(std::max_align_t);
 constexpr std::size_t largest_request = PTRDIFF_MAX;
 
 [[gnu::always_inline]] inline void* fail(int error) noexcept {
-  errno = error;
+  error_number() = error;
   return nullptr;
 }
 
@@ -64,9 +65,10 @@ constexpr std::size_t largest_request = PTRDIFF_MAX;
 [[gnu::always_inline]] inline void release(void* p) noexcept {
   if (p == nullptr) return;
   // glibc's free never changes errno (since 2.33); returning pages to the OS might.
-  const int saved = errno;
+  int& error = error_number();
+  const int saved = error;
   heap().free(p);
-  errno = saved;
+  error = saved;
 }
 
 inline void* reallocate(void* p, std::size_t size) noexcept {

@@ -19,7 +19,7 @@ __attribute__((weak)) void __freeres() noexcept;
 
 namespace memkit::malloc_runtime {
 
-std::atomic<bool> ready{false};
+std::atomic<general_allocator*> started{nullptr};
 
 namespace {
 
@@ -88,7 +88,7 @@ void after_fork_in_child() noexcept { general_allocator::global().after_fork_chi
 // Runs when the process exits (or the library is unloaded), after the program's own destructors:
 // the statistics and leak reports see the final state.
 __attribute__((destructor)) void report_at_exit() noexcept {
-  if (!ready.load(std::memory_order_acquire)) return;
+  if (started.load(std::memory_order_acquire) == nullptr) return;
   if (chosen.statistics) general_allocator::global().print_statistics(STDERR_FILENO);
   if (chosen.debug && chosen.leaks) {
     // The pool libstdc++ allocates at start-up and keeps for the whole run is not a leak of the
@@ -100,20 +100,22 @@ __attribute__((destructor)) void report_at_exit() noexcept {
 
 }  // namespace
 
-void start() noexcept {
+general_allocator& start() noexcept {
+  general_allocator& allocator = general_allocator::global();
   int expected = 0;
   if (phase.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     starting_on_this_thread = true;
     configure_from_environment();
-    ready.store(true, std::memory_order_release);
+    started.store(&allocator, std::memory_order_release);
     phase.store(2, std::memory_order_release);
     // pthread_atfork may allocate; by now that allocation is served normally.
     ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
     starting_on_this_thread = false;
-    return;
+    return allocator;
   }
-  if (starting_on_this_thread) return;
+  if (starting_on_this_thread) return allocator;
   while (phase.load(std::memory_order_acquire) != 2) ::sched_yield();
+  return allocator;
 }
 
 }  // namespace memkit::malloc_runtime

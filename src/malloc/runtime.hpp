@@ -10,24 +10,37 @@
 #pragma once
 
 #include <atomic>
+#include <cerrno>
 
 #include "memkit/detail/config.hpp"
 #include "memkit/general_allocator.hpp"
 
 namespace memkit::malloc_runtime {
 
-// True once the allocator is configured from the environment.
-extern std::atomic<bool> ready;
+// general_allocator::global() once it is configured from the environment; null before. Kept here
+// so that the fast path is one load instead of a call into global().
+extern std::atomic<general_allocator*> started;
 
-// Reads MEMKIT_DEBUG and friends, configures the allocator, registers the fork handlers. Safe to
-// call from several threads at once (one starts, the others wait) and re-entrantly (an allocation
-// made while starting is served by the not-yet-configured allocator).
-void start() noexcept;
+// Reads MEMKIT_DEBUG and friends, configures the allocator, registers the fork handlers, and
+// returns the allocator. Safe to call from several threads at once (one starts, the others wait)
+// and re-entrantly (an allocation made while starting is served by the not-yet-configured
+// allocator).
+general_allocator& start() noexcept;
 
 // The allocator every entry point uses.
 inline general_allocator& heap() noexcept {
-  if (MEMKIT_UNLIKELY(!ready.load(std::memory_order_acquire))) start();
-  return general_allocator::global();
+  general_allocator* allocator = started.load(std::memory_order_acquire);
+  if (MEMKIT_UNLIKELY(allocator == nullptr)) return start();
+  return *allocator;
+}
+
+// errno of this thread. glibc reaches it through a call (__errno_location); the address never
+// changes for a thread, so it is kept in an initial-exec thread_local after the first use.
+inline int& error_number() noexcept {
+  static thread_local int* address = nullptr;
+  int* known = address;
+  if (MEMKIT_UNLIKELY(known == nullptr)) known = address = &errno;
+  return *known;
 }
 
 }  // namespace memkit::malloc_runtime
