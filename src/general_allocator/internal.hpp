@@ -245,8 +245,9 @@ struct heap {
   std::atomic<page*> notified{nullptr};
   segment* free_segments[page_kind_count] = {};  // segments with a free page, per kind
   segment* segments = nullptr;                     // every segment of this heap
-  page* purge_first = nullptr;                     // free, not yet purged pages, oldest first
-  page* purge_last = nullptr;
+  // Free pages not yet purged, per kind, oldest first; reused newest first (their memory is hot).
+  page* purge_first[page_kind_count] = {};
+  page* purge_last[page_kind_count] = {};
   std::size_t retained_bytes = 0;                  // touched bytes of free pages not purged
   std::atomic<bool> purge_requested{false};
   heap* next_registered = nullptr;
@@ -386,6 +387,13 @@ inline void queue_push_front(page_queue& q, page* pg) noexcept {
   if (q.first != nullptr) q.first->prev = pg;
   else q.last = pg;
   q.first = pg;
+}
+inline void queue_push_back(page_queue& q, page* pg) noexcept {
+  pg->next = nullptr;
+  pg->prev = q.last;
+  if (q.last != nullptr) q.last->next = pg;
+  else q.first = pg;
+  q.last = pg;
 }
 inline void queue_remove(page_queue& q, page* pg) noexcept {
   if (pg->prev != nullptr) pg->prev->next = pg->next;

@@ -36,16 +36,19 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   bool fresh = false;
   if (alignment <= segment_size && huge_cached_count != 0) {
     lock_guard guard(lock);
+    // Best fit among the cached blocks (at most max_cached_huge of them).
+    segment** best = nullptr;
     for (segment** link = &huge_cached; *link != nullptr; link = &(*link)->next) {
-      segment* c = *link;
-      if (c->reserved_bytes >= total && c->reserved_bytes <= 2 * total + segment_size) {
-        *link = c->next;
-        --huge_cached_count;
-        huge_cached_bytes -= c->reserved_bytes;
-        retained_bytes.fetch_sub(c->reserved_bytes, std::memory_order_relaxed);
-        s = c;
-        break;
-      }
+      const std::size_t r = (*link)->reserved_bytes;
+      if (r >= total && (best == nullptr || r < (*best)->reserved_bytes)) best = link;
+    }
+    if (best != nullptr) {
+      segment* c = *best;
+      *best = c->next;
+      --huge_cached_count;
+      huge_cached_bytes -= c->reserved_bytes;
+      retained_bytes.fetch_sub(c->reserved_bytes, std::memory_order_relaxed);
+      s = c;
     }
   }
   std::size_t reserved;

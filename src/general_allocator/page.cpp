@@ -48,7 +48,11 @@ bool mark_full(page* pg) noexcept {
 // Releases an empty page unless it is the last page of its queue (a thread that allocates and
 // frees one block at a time must not map and unmap a page each time).
 void maybe_release(general_allocator::impl* im, heap* h, page* pg) noexcept {
-  if (pg->used != 0 || pg->thread_free.load(std::memory_order_relaxed) != 0) return;
+  if (pg->used != 0) return;
+  // No block can be in flight to a page with no live block, but a notified page may be on the
+  // notified stack and must stay until drained.
+  const std::uintptr_t tf = pg->thread_free.load(std::memory_order_acquire);
+  if ((tf & ~tf_state_mask) != 0 || (tf & tf_state_mask) == tf_notified) return;
   if (pg->in_full) return;
   page_queue& q = queue_of(h, pg);
   if (q.first == pg && pg->next == nullptr) return;
@@ -86,16 +90,8 @@ void general_allocator::impl::drain_notified(heap* h) noexcept {
     collect_page(h, pg);
     if (pg->in_full) {
       pg->in_full = false;
-      page_queue& q = queue_of(h, pg);
       // Behind the current page, which keeps serving while it has blocks.
-      if (q.first == nullptr) {
-        queue_push_front(q, pg);
-      } else {
-        pg->prev = q.last;
-        pg->next = nullptr;
-        q.last->next = pg;
-        q.last = pg;
-      }
+      queue_push_back(queue_of(h, pg), pg);
     }
     maybe_release(this, h, pg);
   }
@@ -103,7 +99,8 @@ void general_allocator::impl::drain_notified(heap* h) noexcept {
 
 void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debug) noexcept {
   if (h->notified.load(std::memory_order_relaxed) != nullptr) drain_notified(h);
-  if (h->purge_first != nullptr || h->purge_requested.load(std::memory_order_relaxed) ||
+  if (h->purge_first[0] != nullptr || h->purge_first[1] != nullptr || h->purge_first[2] != nullptr ||
+      h->purge_requested.load(std::memory_order_relaxed) ||
       huge_cached_count.load(std::memory_order_relaxed) != 0) {
     const bool everything = h->purge_requested.exchange(false, std::memory_order_relaxed);
     const std::uint64_t now = now_ms();
@@ -136,12 +133,12 @@ void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debu
 
 void general_allocator::impl::free_local_slow(heap* h, page* pg) noexcept {
   if (pg->in_full) {
+    // Back in the queue, behind the current page, so that it gathers a few free blocks before it
+    // serves again (a page that flips between full and not full on every free costs more). Its
+    // notify state stays: a remote free then merely pushes it on the notified stack, which is
+    // harmless for a page in its queue.
     pg->in_full = false;
-    queue_push_front(queue_of(h, pg), pg);
-    std::uintptr_t expected = tf_notify;
-    // Fails only when a remote free already notified: the drain will find the page in its queue.
-    pg->thread_free.compare_exchange_strong(expected, tf_normal, std::memory_order_acq_rel,
-                                            std::memory_order_relaxed);
+    queue_push_back(queue_of(h, pg), pg);
   }
   if (pg->used == 0) maybe_release(this, h, pg);
 }
@@ -184,10 +181,11 @@ void general_allocator::impl::release_page(heap* h, page* pg) noexcept {
     pg->free_since_ms = now_ms();
     pg->on_purge_list = true;
     pg->next = nullptr;
-    pg->prev = h->purge_last;
-    if (h->purge_last != nullptr) h->purge_last->next = pg;
-    else h->purge_first = pg;
-    h->purge_last = pg;
+    const unsigned kind = static_cast<unsigned>(s->kind);
+    pg->prev = h->purge_last[kind];
+    if (h->purge_last[kind] != nullptr) h->purge_last[kind]->next = pg;
+    else h->purge_first[kind] = pg;
+    h->purge_last[kind] = pg;
     h->retained_bytes += pg->touched_bytes;
     retained_bytes.fetch_add(pg->touched_bytes, std::memory_order_relaxed);
   }

@@ -37,10 +37,11 @@ std::size_t segment_header_touched() noexcept { return detail::align_up(sizeof(s
 namespace {
 
 void purge_list_remove(heap* h, page* pg) noexcept {
+  const unsigned kind = static_cast<unsigned>(segment_of_page(pg)->kind);
   if (pg->prev != nullptr) pg->prev->next = pg->next;
-  else h->purge_first = pg->next;
+  else h->purge_first[kind] = pg->next;
   if (pg->next != nullptr) pg->next->prev = pg->prev;
-  else h->purge_last = pg->prev;
+  else h->purge_last[kind] = pg->prev;
   pg->next = pg->prev = nullptr;
   pg->on_purge_list = false;
 }
@@ -150,12 +151,20 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
 page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug) noexcept {
   const segment_kind kind = kind_of_class(cls);
   const unsigned k = static_cast<unsigned>(kind);
-  segment* s = h->free_segments[k];
-  if (s == nullptr) {
-    s = acquire_segment(h, kind);
-    if (s == nullptr) return nullptr;
+  segment* s;
+  unsigned index;
+  if (page* hot = h->purge_last[k]) {
+    // The most recently freed page: its memory is still resident and likely cached.
+    s = segment_of_page(hot);
+    index = hot->index;
+  } else {
+    s = h->free_segments[k];
+    if (s == nullptr) {
+      s = acquire_segment(h, kind);
+      if (s == nullptr) return nullptr;
+    }
+    index = static_cast<unsigned>(__builtin_ctzll(s->free_mask));
   }
-  const unsigned index = static_cast<unsigned>(__builtin_ctzll(s->free_mask));
   page* pg = &s->pages[index];
   if (pg->on_purge_list) {
     purge_list_remove(h, pg);
@@ -187,19 +196,21 @@ page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug
 void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everything) noexcept {
   const std::uint64_t delay = self->options_.purge_delay_ms;
   const std::size_t limit = self->options_.retained_limit;
-  while (page* pg = h->purge_first) {
-    if (!everything && now - pg->free_since_ms < delay &&
-        retained_bytes.load(std::memory_order_relaxed) <= limit) {
-      break;
+  for (unsigned k = 0; k < page_kind_count; ++k) {
+    while (page* pg = h->purge_first[k]) {
+      if (!everything && now - pg->free_since_ms < delay &&
+          retained_bytes.load(std::memory_order_relaxed) <= limit) {
+        break;
+      }
+      purge_list_remove(h, pg);
+      // Only what was touched (pages start 4 KiB-aligned: they begin at 64 KiB boundaries).
+      (void)os::discard(pg->start, detail::align_up(pg->touched_bytes, std::size_t{4096}));
+      h->retained_bytes -= pg->touched_bytes;
+      retained_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
+      resident_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
+      pg->touched_bytes = 0;
+      pg->purged = true;
     }
-    purge_list_remove(h, pg);
-    (void)os::discard(pg->start - (reinterpret_cast<std::uintptr_t>(pg->start) & 4095u),
-                      detail::align_up(page_area_bytes(pg), std::size_t{4096}));
-    h->retained_bytes -= pg->touched_bytes;
-    retained_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
-    resident_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
-    pg->touched_bytes = 0;
-    pg->purged = true;
   }
 }
 
