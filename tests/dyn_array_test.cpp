@@ -451,4 +451,25 @@ TEST_F(dyn_array_test, contract_violations_are_reported) {
   EXPECT_DEATH(static_cast<void>(a.front()), "empty array");
 }
 
+TEST_F(dyn_array_test, erase_and_erase_if_remove_matching_elements) {
+  dyn_array<int> a(100, {1, 2, 3, 2, 5, 2});
+  EXPECT_EQ(erase(a, 2), 3u);
+  EXPECT_EQ(a, (dyn_array<int>(10, {1, 3, 5})));
+  EXPECT_EQ(erase_if(a, [](int x) { return x > 2; }), 2u);
+  EXPECT_EQ(a, (dyn_array<int>(10, {1})));
+}
+
+#if MEMKIT_HAS_ASAN
+TEST_F(dyn_array_test, reading_past_size_is_reported_by_asan) {
+  EXPECT_DEATH(
+      {
+        dyn_array<int> a(1000, {1, 2, 3});
+        const int* last = &a.back();
+        a.pop_back();
+        static_cast<void>(*static_cast<const volatile int*>(last));
+      },
+      "use-after-poison");
+}
+#endif
+
 }  // namespace

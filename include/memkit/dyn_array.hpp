@@ -6,7 +6,7 @@
 // during the copy, and every pointer, reference and iterator into the array is invalidated.
 // dyn_array reserves room for max_size elements as one range of virtual memory (no physical
 // memory, no commit charge) and commits it in large steps as it fills, so an append never copies
-// the array, peak resident memory stays within one commit step of the payload, and pointers,
+// the array, peak resident memory stays within one prefault step of the payload, and pointers,
 // references and iterators to elements stay valid across any append for the array's lifetime.
 //
 // Pick it when an upper bound on the length is known (even a very loose one: reserving 64 GiB of
@@ -270,6 +270,7 @@ class dyn_array {
       } else {
         // The system kept the pages: take the block back so nothing is lost.
         static_cast<void>(arena_.allocate(block, alignof(T)));
+        poison_tail();
       }
       return;
     }
@@ -286,6 +287,7 @@ class dyn_array {
   void clear() noexcept {
     destroy_range(data_, end_);
     end_ = data_;
+    poison_tail();
   }
 
   // Appends a copy of `value`. Throws std::length_error at max_size(), std::bad_alloc when a
@@ -299,7 +301,8 @@ class dyn_array {
   reference emplace_back(Args&&... args) {
     if (MEMKIT_UNLIKELY(end_ == capacity_end_)) grow_or_throw(size() + 1);
     T* slot = end_;
-    ::new (static_cast<void*>(slot)) T(std::forward<Args>(args)...);
+    unpoison_slot(slot);
+    construct_or_repoison(slot, std::forward<Args>(args)...);
     end_ = slot + 1;
     return *slot;
   }
@@ -316,7 +319,8 @@ class dyn_array {
   [[nodiscard]] T* try_emplace_back(Args&&... args) {
     if (MEMKIT_UNLIKELY(end_ == capacity_end_) && !grow(size() + 1)) return nullptr;
     T* slot = end_;
-    ::new (static_cast<void*>(slot)) T(std::forward<Args>(args)...);
+    unpoison_slot(slot);
+    construct_or_repoison(slot, std::forward<Args>(args)...);
     end_ = slot + 1;
     return slot;
   }
@@ -326,6 +330,7 @@ class dyn_array {
     MEMKIT_ASSERT(!empty(), "dyn_array::pop_back: empty array");
     --end_;
     end_->~T();
+    poison_tail();
   }
 
   // Inserts a copy of `value` before `pos`; returns an iterator to it. Elements after `pos` are
@@ -386,6 +391,7 @@ class dyn_array {
       T* new_end = std::move(data_ + (last - data_), end_, from);
       destroy_range(new_end, end_);
       end_ = new_end;
+      poison_tail();
     }
     return from;
   }
@@ -420,6 +426,20 @@ class dyn_array {
     std::swap(options_, other.options_);
   }
   friend void swap(dyn_array& a, dyn_array& b) noexcept { a.swap(b); }
+
+  // Removes every element equal to `value` (std::erase for dyn_array); returns how many.
+  template <class U>
+  friend size_type erase(dyn_array& array, const U& value) {
+    return erase_if(array, [&](const T& element) { return element == value; });
+  }
+  // Removes every element for which `predicate` is true (std::erase_if); returns how many.
+  template <class Predicate>
+  friend size_type erase_if(dyn_array& array, Predicate predicate) {
+    const auto kept_end = std::remove_if(array.begin(), array.end(), predicate);
+    const auto removed = static_cast<size_type>(array.end() - kept_end);
+    array.erase(kept_end, array.end());
+    return removed;
+  }
 
   // --- comparison (by elements, as std::vector) -------------------------------------------------
 
@@ -477,6 +497,7 @@ class dyn_array {
     target -= target % sizeof(T);
     if (target > block && block != 0 && arena_.resize(data_, block, target, alignof(T))) block = target;
     capacity_end_ = data_ + block / sizeof(T);
+    poison_tail();
   }
 
   // Grows capacity to at least `count` elements; false (nothing changed) when count > max_size()
@@ -509,12 +530,14 @@ class dyn_array {
     T* const old_end = end_;
     try {
       for (size_type i = 0; i < count; ++i) {
+        unpoison_slot(end_);
         make(end_);
         ++end_;
       }
     } catch (...) {
       destroy_range(old_end, end_);
       end_ = old_end;
+      poison_tail();
       throw;
     }
   }
@@ -537,6 +560,29 @@ class dyn_array {
         throw;
       }
     }
+  }
+
+  // AddressSanitizer container annotations: the ready but unused slots [end_, capacity_end_) are
+  // poisoned, so reading past size() (or a popped element) is reported. No-ops without ASan.
+  void poison_tail() const noexcept {
+    if (capacity_end_ != end_) {
+      MEMKIT_POISON(end_, static_cast<std::size_t>(capacity_end_ - end_) * sizeof(T));
+    }
+  }
+  static void unpoison_slot([[maybe_unused]] T* slot) noexcept { MEMKIT_UNPOISON(slot, sizeof(T)); }
+  // Constructs at `slot` (already unpoisoned); if the constructor throws, poisons it again.
+  template <class... Args>
+  static void construct_or_repoison(T* slot, Args&&... args) {
+#if MEMKIT_HAS_ASAN
+    try {
+      ::new (static_cast<void*>(slot)) T(std::forward<Args>(args)...);
+    } catch (...) {
+      MEMKIT_POISON(slot, sizeof(T));
+      throw;
+    }
+#else
+    ::new (static_cast<void*>(slot)) T(std::forward<Args>(args)...);
+#endif
   }
 
   static void destroy_range(T* first, T* last) noexcept {
