@@ -860,6 +860,10 @@ void run_suite(context& ctx) {
            "; transparent huge pages: " +
            (os::huge_page_size() != 0 ? format_bytes(static_cast<double>(os::huge_page_size())) : std::string("none")));
   const std::size_t figure_n = ctx.pick<std::size_t>(1'000'000, 100'000'000, 100'000'000);
+  if (ctx.profile() == profile::smoke) {
+    ctx.note("smoke profile: figures at 10^6 elements only check that everything runs; the targets are "
+             "for 10^8 (quick and full), where page faults and reallocations dominate");
+  }
   std::vector<std::size_t> lengths;
   for (std::size_t n = 1000; n <= ctx.pick<std::size_t>(1'000'000, 100'000'000, 1'000'000'000); n *= 10) lengths.push_back(n);
   const std::size_t max_ptr = ctx.pick<std::size_t>(100'000, 10'000'000, 1'000'000'000);
