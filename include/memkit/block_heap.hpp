@@ -277,7 +277,8 @@ class block_heap final : public allocator {
     std::uint32_t slot_bytes = 0;    // bytes per slot
     std::uint32_t slots = 0;         // slots per block
     std::uint32_t partial_head = 0;  // first block with a free slot (npos when none)
-    std::uint32_t empty_pages = 0;   // blocks of this class with no live slot, kept for reuse
+    std::uint32_t empty_page = 0;    // the one block of this class kept with no live slot (npos: none)
+    std::uint32_t reciprocal = 0;    // ceil(2^32 / slot_bytes): offset / slot_bytes without a divide
   };
   static constexpr std::size_t size_class_count = 24;
   static constexpr int max_levels = 6;
@@ -285,33 +286,42 @@ class block_heap final : public allocator {
   bool initialize(std::byte* base, std::size_t block_count) noexcept;
   void* allocate_locked(std::size_t size, std::size_t alignment, std::size_t* usable,
                         const memkit::source_location* where) noexcept;
+  void* allocate_slow(std::size_t size, std::size_t alignment, memkit::source_location where) noexcept;
+  void* allocate_run_counted(std::size_t size) noexcept;
   void* allocate_small(std::size_t class_index, std::size_t size) noexcept;
   void* allocate_run(std::size_t size, std::size_t alignment) noexcept;
   void free_locked(void* p, std::size_t checked_size) noexcept;
-  void free_small(std::uint32_t block, std::byte* p) noexcept;
+  void free_small(std::uint32_t block, std::byte* p, std::uint32_t slot) noexcept;
   void release_allocated_run(std::uint32_t block) noexcept;
+  void free_run_fast(std::uint32_t block) noexcept;
   bool resize_locked(void* p, std::size_t new_size) noexcept;
   std::size_t usable_size_locked(const void* p) const noexcept;
 
   // Runs of blocks.
   std::uint32_t find_run(std::uint32_t length) const noexcept;
   void push_free(std::uint32_t first, std::uint32_t length) noexcept;
-  void unlink_free(std::uint32_t first, std::uint32_t length) noexcept;
+  bool unlink_free(std::uint32_t first, std::uint32_t length) noexcept;
+  void set_length(std::uint32_t length) noexcept;
+  void clear_length(std::uint32_t length) noexcept;
   void mark_run(std::uint32_t first, std::uint32_t length, unsigned state) noexcept;
   std::uint32_t take_run(std::uint32_t found, std::uint32_t found_length, std::uint32_t first,
                          std::uint32_t length) noexcept;
   void release_run(std::uint32_t first, std::uint32_t length) noexcept;
   std::uint32_t largest_length() const noexcept;
   bool commit_blocks(std::uint32_t first, std::uint32_t length) noexcept;
+  bool commit_steps(std::size_t first_step, std::size_t last_step) noexcept;
   std::size_t decommit_free(std::uint32_t first, std::uint32_t length) noexcept;
 
   // Sub-block pages.
   void unlink_partial(size_class& c, std::uint32_t block) noexcept;
   void push_partial(size_class& c, std::uint32_t block) noexcept;
+  void* take_slot(size_class& c, std::uint32_t block) noexcept;
+  bool release_cached_pages() noexcept;
 
   // Debugging aids.
   void fail(block_heap_failure why) noexcept;
   void check_guard(const std::byte* p, std::size_t requested) const noexcept;
+  void debug_free(std::byte* p, std::size_t bytes, std::size_t requested) noexcept;
   void walk_runs(void (*visit)(void*, const block_run_info&), void* context) const;
   std::string validate_locked() const;
   void record_site(void* p, std::size_t size, const memkit::source_location* where);
@@ -328,6 +338,7 @@ class block_heap final : public allocator {
   block_heap_options options_;
   int os_error_ = 0;
   bool debug_ = false;  // fill_patterns, guard_bytes or track_sites: take the slow path
+  bool fast_ = false;   // a valid heap without lock or debugging aids: allocate() and deallocate() take short paths
 
   // Metadata, in one mapping of its own.
   void* metadata_ = nullptr;
@@ -349,7 +360,6 @@ class block_heap final : public allocator {
 
   // Counters.
   std::size_t free_blocks_ = 0;
-  std::size_t live_allocations_ = 0;
   std::size_t live_small_ = 0;
   std::size_t small_pages_ = 0;
   std::size_t total_allocations_ = 0;

@@ -167,7 +167,8 @@ bool block_heap::initialize(std::byte* base, std::size_t block_count) noexcept {
     classes_[i].slot_bytes = class_bytes[i];
     classes_[i].slots = static_cast<std::uint32_t>(bs / class_bytes[i]);
     classes_[i].partial_head = npos;
-    classes_[i].empty_pages = 0;
+    classes_[i].reciprocal = static_cast<std::uint32_t>(((std::uint64_t{1} << 32) + class_bytes[i] - 1) / class_bytes[i]);
+    classes_[i].empty_page = npos;
   }
   for (std::size_t i = 0; i <= max_small_size / 16; ++i) {
     while (next_class + 1 < size_class_count && class_bytes[next_class] < i * 16) ++next_class;
@@ -187,6 +188,7 @@ bool block_heap::initialize(std::byte* base, std::size_t block_count) noexcept {
 
   base_ = base;
   block_count_ = block_count;
+  fast_ = !options_.thread_safe && !debug_;
   push_free(0, static_cast<std::uint32_t>(block_count));
   free_blocks_ = block_count;
   MEMKIT_POISON(base_, block_count * bs);
@@ -200,12 +202,41 @@ block_heap::~block_heap() {
 }
 
 // ---- the run-length bitmap ----------------------------------------------------------------------
+//
+// The hot functions below copy the members they use into locals first: their stores go through
+// uint32_t and uint64_t pointers, which the compiler must otherwise assume may alias the heap's
+// own size_t and int members and reload them after every store.
 
 // The shortest free run of at least `length` blocks (its length), or 0. At most two passes over
 // the levels: up until a word has a set bit at or after the wanted position, then down.
-std::uint32_t block_heap::find_run(std::uint32_t length) const noexcept {
+inline std::uint32_t block_heap::find_run(std::uint32_t length) const noexcept {
+  const int levels = levels_;
   std::size_t position = length - 1;
-  for (int level = 0; level < levels_; ++level) {
+  if (MEMKIT_LIKELY(levels == 3)) {
+    // Regions of 4,097 to 262,144 blocks (16 MiB to 1 GiB of 4 KiB blocks): the same walk, unrolled.
+    const std::uint64_t* const level0 = bitmap_[0];
+    const std::uint64_t* const level1 = bitmap_[1];
+    const std::size_t word0 = position >> 6;
+    if (word0 >= bitmap_words_[0]) return 0;
+    std::uint64_t bits = level0[word0] & (~std::uint64_t{0} << (position & 63));
+    if (bits != 0) return static_cast<std::uint32_t>(((word0 << 6) | static_cast<std::size_t>(std::countr_zero(bits))) + 1);
+    const std::size_t position1 = word0 + 1;
+    const std::size_t word1 = position1 >> 6;
+    std::size_t index1;
+    bits = word1 < bitmap_words_[1] ? level1[word1] & (~std::uint64_t{0} << (position1 & 63)) : 0;
+    if (bits != 0) {
+      index1 = (word1 << 6) | static_cast<std::size_t>(std::countr_zero(bits));
+    } else {
+      const std::size_t position2 = word1 + 1;
+      if (position2 >= 64) return 0;
+      bits = bitmap_[2][0] & (~std::uint64_t{0} << position2);
+      if (bits == 0) return 0;
+      const auto index2 = static_cast<std::size_t>(std::countr_zero(bits));
+      index1 = (index2 << 6) | static_cast<std::size_t>(std::countr_zero(level1[index2]));
+    }
+    return static_cast<std::uint32_t>(((index1 << 6) | static_cast<std::size_t>(std::countr_zero(level0[index1]))) + 1);
+  }
+  for (int level = 0; level < levels; ++level) {
     const std::size_t word = position >> 6;
     if (word >= bitmap_words_[level]) return 0;
     const std::uint64_t bits = bitmap_[level][word] & (~std::uint64_t{0} << (position & 63));
@@ -220,68 +251,90 @@ std::uint32_t block_heap::find_run(std::uint32_t length) const noexcept {
   return 0;
 }
 
-std::uint32_t block_heap::largest_length() const noexcept {
-  if (levels_ == 0) return 0;
-  std::uint64_t top = bitmap_[levels_ - 1][0];
-  if (top == 0) return 0;
-  std::size_t position = static_cast<std::size_t>(63 - std::countl_zero(top));
-  for (int below = levels_ - 2; below >= 0; --below)
-    position = (position << 6) | static_cast<std::size_t>(63 - std::countl_zero(bitmap_[below][position]));
-  return static_cast<std::uint32_t>(position + 1);
+// Sets the bitmap bit of a run length whose list just became non-empty, and the bits above it
+// whose words were empty.
+inline void block_heap::set_length(std::uint32_t length) noexcept {
+  std::uint64_t* const* const bitmap = bitmap_;
+  std::size_t position = length - 1;
+  std::uint64_t& first_word = bitmap[0][position >> 6];
+  const std::uint64_t first_old = first_word;
+  first_word = first_old | std::uint64_t{1} << (position & 63);
+  if (MEMKIT_LIKELY(first_old != 0)) return;
+  const int levels = levels_;
+  position >>= 6;
+  for (int level = 1; level < levels; ++level) {
+    std::uint64_t& word = bitmap[level][position >> 6];
+    const std::uint64_t old = word;
+    word = old | std::uint64_t{1} << (position & 63);
+    if (old != 0) break;
+    position >>= 6;
+  }
 }
 
-void block_heap::push_free(std::uint32_t first, std::uint32_t length) noexcept {
-  tag& head = tags_[first];
+// Clears the bitmap bit of a run length whose list is empty, and the bits above it that cover
+// only empty words.
+inline void block_heap::clear_length(std::uint32_t length) noexcept {
+  if (heads_[length - 1] != npos) return;
+  std::uint64_t* const* const bitmap = bitmap_;
+  std::size_t position = length - 1;
+  std::uint64_t& first_word = bitmap[0][position >> 6];
+  const std::uint64_t first_now = first_word & ~(std::uint64_t{1} << (position & 63));
+  first_word = first_now;
+  if (MEMKIT_LIKELY(first_now != 0)) return;
+  const int levels = levels_;
+  position >>= 6;
+  for (int level = 1; level < levels; ++level) {
+    std::uint64_t& word = bitmap[level][position >> 6];
+    const std::uint64_t now = word & ~(std::uint64_t{1} << (position & 63));
+    word = now;
+    if (now != 0) break;
+    position >>= 6;
+  }
+}
+
+inline void block_heap::push_free(std::uint32_t first, std::uint32_t length) noexcept {
+  tag* const tags = tags_;
+  std::uint32_t* const heads = heads_;
+  tag& head = tags[first];
   head.length = length;
   head.state = tag_free;
   if (length > 1) {
-    tag& tail = tags_[first + length - 1];
+    tag& tail = tags[first + length - 1];
     tail.length = length;
     tail.state = tag_free;
   }
-  const std::uint32_t old = heads_[length - 1];
+  const std::uint32_t old = heads[length - 1];
   head.prev = npos;
   head.next = old;
-  heads_[length - 1] = first;
-  if (old != npos) {
-    tags_[old].prev = first;
-    return;
-  }
-  // The list was empty: set the length's bit and, where a word was empty, the bits above.
-  std::size_t position = length - 1;
-  for (int level = 0; level < levels_; ++level) {
-    std::uint64_t& word = bitmap_[level][position >> 6];
-    const bool was_empty = word == 0;
-    word |= std::uint64_t{1} << (position & 63);
-    if (!was_empty) break;
-    position >>= 6;
-  }
+  heads[length - 1] = first;
+  if (old != npos) tags[old].prev = first;
+  else set_length(length);
 }
 
-void block_heap::unlink_free(std::uint32_t first, std::uint32_t length) noexcept {
-  const tag& t = tags_[first];
-  if (t.next != npos) tags_[t.next].prev = t.prev;
-  if (t.prev != npos) {
-    tags_[t.prev].next = t.next;
-    return;
+// Takes a free run off its list. Returns true when the list became empty: the caller then calls
+// clear_length() after giving back any pieces, so a word that is refilled at once (a split run's
+// remainder usually lands in the same 64 lengths) never empties and the levels above stay as
+// they are.
+inline bool block_heap::unlink_free(std::uint32_t first, std::uint32_t length) noexcept {
+  tag* const tags = tags_;
+  const std::uint32_t next = tags[first].next;
+  const std::uint32_t prev = tags[first].prev;
+  if (next != npos) tags[next].prev = prev;
+  if (prev != npos) {
+    tags[prev].next = next;
+    return false;
   }
-  heads_[length - 1] = t.next;
-  if (t.next != npos) return;
-  std::size_t position = length - 1;
-  for (int level = 0; level < levels_; ++level) {
-    std::uint64_t& word = bitmap_[level][position >> 6];
-    word &= ~(std::uint64_t{1} << (position & 63));
-    if (word != 0) break;
-    position >>= 6;
-  }
+  heads_[length - 1] = next;
+  return next == npos;
 }
 
-void block_heap::mark_run(std::uint32_t first, std::uint32_t length, unsigned state) noexcept {
-  tag& head = tags_[first];
+inline void block_heap::mark_run(std::uint32_t first, std::uint32_t length, unsigned state) noexcept {
+  tag* const tags = tags_;
+  tag& head = tags[first];
   head.length = length;
   head.state = static_cast<std::uint8_t>(state);
   if (length > 1) {
-    tag& tail = tags_[first + length - 1];
+    tag& tail = tags[first + length - 1];
     tail.length = length;
     tail.state = tag_run_tail;
   }
@@ -289,49 +342,72 @@ void block_heap::mark_run(std::uint32_t first, std::uint32_t length, unsigned st
 
 // Takes [first, first + length) out of the free run [found, found + found_length) and gives the
 // pieces before and after it back to the free lists. Returns `first`.
-std::uint32_t block_heap::take_run(std::uint32_t found, std::uint32_t found_length,
-                                   std::uint32_t first, std::uint32_t length) noexcept {
-  unlink_free(found, found_length);
+inline std::uint32_t block_heap::take_run(std::uint32_t found, std::uint32_t found_length,
+                                          std::uint32_t first, std::uint32_t length) noexcept {
+  const bool emptied = unlink_free(found, found_length);
   if (first > found) push_free(found, first - found);
   const std::uint32_t end = first + length;
   const std::uint32_t found_end = found + found_length;
   if (end < found_end) push_free(end, found_end - end);
+  if (emptied) clear_length(found_length);
   mark_run(first, length, tag_run_head);
   free_blocks_ -= length;
   return first;
 }
 
 // Frees [first, first + length) and merges it with free neighbours on both sides, in O(1).
-void block_heap::release_run(std::uint32_t first, std::uint32_t length) noexcept {
-  free_blocks_ += length;
-  tags_[first].state = tag_interior;
-  tags_[first + length - 1].state = tag_interior;
+inline void block_heap::release_run(std::uint32_t first, std::uint32_t length) noexcept {
+  tag* const tags = tags_;
+  const std::size_t block_count = block_count_;
+  tags[first].state = tag_interior;
+  tags[first + length - 1].state = tag_interior;
   std::uint32_t start = first;
   std::uint32_t merged = length;
-  if (first > 0 && tags_[first - 1].state == tag_free) {
-    const std::uint32_t left = tags_[first - 1].length;
+  std::uint32_t emptied_left = 0, emptied_right = 0;
+  if (first > 0 && tags[first - 1].state == tag_free) {
+    const std::uint32_t left = tags[first - 1].length;
     start = first - left;
-    unlink_free(start, left);
-    tags_[first - 1].state = tag_interior;
+    if (unlink_free(start, left)) emptied_left = left;
+    tags[first - 1].state = tag_interior;
     merged += left;
   }
   const std::uint32_t end = first + length;
-  if (end < block_count_ && tags_[end].state == tag_free) {
-    const std::uint32_t right = tags_[end].length;
-    unlink_free(end, right);
-    tags_[end].state = tag_interior;
+  if (end < block_count && tags[end].state == tag_free) {
+    const std::uint32_t right = tags[end].length;
+    if (unlink_free(end, right)) emptied_right = right;
+    tags[end].state = tag_interior;
     merged += right;
   }
   push_free(start, merged);
+  if (emptied_left != 0) clear_length(emptied_left);
+  if (emptied_right != 0) clear_length(emptied_right);
+  free_blocks_ += length;
   if (MEMKIT_UNLIKELY(options_.decommit_free_runs)) (void)decommit_free(start, merged);
 }
 
 // ---- commit -----------------------------------------------------------------------------------
 
-bool block_heap::commit_blocks(std::uint32_t first, std::uint32_t length) noexcept {
+// Makes sure blocks [first, first + length) are committed: O(1) once everything is, otherwise one
+// word test per 64 commit steps the run spans, and system calls only for steps never committed.
+inline bool block_heap::commit_blocks(std::uint32_t first, std::uint32_t length) noexcept {
   if (MEMKIT_LIKELY(committed_steps_ == commit_steps_)) return true;
-  const std::size_t first_step = first >> commit_shift_;
-  const std::size_t last_step = (std::size_t{first} + length - 1) >> commit_shift_;
+  const unsigned shift = commit_shift_;
+  const std::size_t first_step = first >> shift;
+  const std::size_t last_step = (std::size_t{first} + length - 1) >> shift;
+  if (MEMKIT_LIKELY(first_step == last_step) && (committed_[first_step / 64] >> (first_step % 64) & 1))
+    return true;
+  bool all = true;
+  for (std::size_t word = first_step / 64; word <= last_step / 64 && all; ++word) {
+    const std::size_t low = word == first_step / 64 ? first_step % 64 : 0;
+    const std::size_t high = word == last_step / 64 ? last_step % 64 : 63;
+    const std::uint64_t mask = (~std::uint64_t{0} >> (63 - high)) & (~std::uint64_t{0} << low);
+    all = (committed_[word] & mask) == mask;
+  }
+  return all || commit_steps(first_step, last_step);
+}
+
+// Commits the steps in [first_step, last_step] that are not committed yet.
+bool block_heap::commit_steps(std::size_t first_step, std::size_t last_step) noexcept {
   const std::size_t step_bytes = block_size_ << commit_shift_;
   std::size_t step = first_step;
   while (step <= last_step) {
@@ -381,13 +457,57 @@ std::size_t block_heap::decommit_free(std::uint32_t first, std::uint32_t length)
 
 // ---- allocation -------------------------------------------------------------------------------
 
-void block_heap::fail(block_heap_failure why) noexcept {
+inline void block_heap::fail(block_heap_failure why) noexcept {
   last_failure_ = why;
   ++failed_allocations_;
 }
 
+// The common request (no lock, no debugging aid, default alignment) takes a short path: a slot
+// from the class's first partial page, or a run; everything else goes through allocate_slow().
 void* block_heap::allocate(std::size_t size, std::size_t alignment,
                            memkit::source_location where) noexcept {
+  if (MEMKIT_LIKELY(fast_ && alignment <= 16)) {
+    if (size - 1 < small_limit_) {  // size 0 wraps around and takes the slow path
+      size_class& c = classes_[class_of_[(size + 15) >> 4]];
+      if (MEMKIT_LIKELY(c.partial_head != npos)) {
+        void* p = take_slot(c, c.partial_head);
+        MEMKIT_UNPOISON(p, size);
+        ++total_allocations_;
+        return p;
+      }
+    } else if (size - 1 < (block_count_ << block_shift_)) {
+      return allocate_run_counted(size);
+    }
+  }
+  return allocate_slow(size, alignment, where);
+}
+
+// A run for `size` bytes (1 to region_bytes()) at the default alignment, counted; no lock, no
+// debugging aids. allocate_run() without the argument checks the caller made.
+void* block_heap::allocate_run_counted(std::size_t size) noexcept {
+  const auto length = static_cast<std::uint32_t>((size + block_size_ - 1) >> block_shift_);
+  std::uint32_t found = find_run(length);
+  if (MEMKIT_UNLIKELY(found == 0)) {
+    // The general path gives kept sub-block pages back, retries, and records why it failed.
+    void* p = allocate_run(size, 16);
+    if (p != nullptr) ++total_allocations_;
+    return p;
+  }
+  const std::uint32_t first = heads_[found - 1];
+  if (MEMKIT_UNLIKELY(!commit_blocks(first, length))) {
+    fail(block_heap_failure::commit_failed);
+    return nullptr;
+  }
+  take_run(first, found, first, length);
+  tags_[first].slack = static_cast<std::uint32_t>((std::size_t{length} << block_shift_) - size);
+  std::byte* p = base_ + (std::size_t{first} << block_shift_);
+  MEMKIT_UNPOISON(p, size);
+  ++total_allocations_;
+  return p;
+}
+
+void* block_heap::allocate_slow(std::size_t size, std::size_t alignment,
+                                memkit::source_location where) noexcept {
   lock guard(*this);
   if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) {
     fail(block_heap_failure::invalid_argument);
@@ -408,7 +528,7 @@ allocation block_heap::do_allocate_at_least(std::size_t size, std::size_t alignm
   return p == nullptr ? allocation{} : allocation{p, usable};
 }
 
-void* block_heap::allocate_locked(std::size_t size, std::size_t alignment, std::size_t* usable,
+inline void* block_heap::allocate_locked(std::size_t size, std::size_t alignment, std::size_t* usable,
                                   const memkit::source_location* where) noexcept {
   if (MEMKIT_UNLIKELY(block_count_ == 0)) {
     fail(block_heap_failure::no_region);
@@ -429,7 +549,6 @@ void* block_heap::allocate_locked(std::size_t size, std::size_t alignment, std::
       MEMKIT_UNPOISON(p, *usable);
     }
     ++total_allocations_;
-    ++live_allocations_;
     return p;
   }
 
@@ -465,7 +584,6 @@ void* block_heap::allocate_locked(std::size_t size, std::size_t alignment, std::
   if (options_.track_sites) record_site(p, size, where);
   if (usable != nullptr) *usable = guard != 0 ? size : usable_size_locked(p);
   ++total_allocations_;
-  ++live_allocations_;
   return p;
 }
 
@@ -473,7 +591,8 @@ void* block_heap::allocate_small(std::size_t class_index, std::size_t size) noex
   size_class& c = classes_[class_index];
   std::uint32_t block = c.partial_head;
   if (MEMKIT_UNLIKELY(block == npos)) {
-    const std::uint32_t found = find_run(1);
+    std::uint32_t found = find_run(1);
+    if (found == 0 && release_cached_pages()) found = find_run(1);
     if (found == 0) {
       fail(block_heap_failure::out_of_memory);
       return nullptr;
@@ -491,10 +610,18 @@ void* block_heap::allocate_small(std::size_t class_index, std::size_t size) noex
     page.used = 0;
     page.bump = 0;
     ++small_pages_;
-    ++c.empty_pages;
     push_partial(c, first);
     block = first;
   }
+  void* slot = take_slot(c, block);
+  MEMKIT_UNPOISON(slot, options_.guard_bytes != 0 ? c.slot_bytes : size);
+  (void)size;  // used only by the sanitizer hook
+  return slot;
+}
+
+// Hands out a slot of `block`, a page on the partial list of class `c`: a freed slot first, else
+// the next never-used one.
+inline void* block_heap::take_slot(size_class& c, std::uint32_t block) noexcept {
   tag& page = tags_[block];
   std::byte* const page_base = base_ + (std::size_t{block} << block_shift_);
   std::byte* slot;
@@ -505,15 +632,14 @@ void* block_heap::allocate_small(std::size_t class_index, std::size_t size) noex
     slot = page_base + std::size_t{page.bump} * c.slot_bytes;
     ++page.bump;
   }
-  if (page.used++ == 0) --c.empty_pages;
+  ++page.used;
+  if (c.empty_page == block) c.empty_page = npos;  // only an empty page is kept
   if (page.used == c.slots) unlink_partial(c, block);
   ++live_small_;
-  MEMKIT_UNPOISON(slot, options_.guard_bytes != 0 ? c.slot_bytes : size);
-  (void)size;  // used only by the sanitizer hook
   return slot;
 }
 
-void* block_heap::allocate_run(std::size_t size, std::size_t alignment) noexcept {
+inline void* block_heap::allocate_run(std::size_t size, std::size_t alignment) noexcept {
   if (MEMKIT_UNLIKELY(size > region_bytes() || alignment > region_bytes())) {
     fail(block_heap_failure::too_large);
     return nullptr;
@@ -526,7 +652,8 @@ void* block_heap::allocate_run(std::size_t size, std::size_t alignment) noexcept
     fail(block_heap_failure::too_large);
     return nullptr;
   }
-  const std::uint32_t found = find_run(length + extra);
+  std::uint32_t found = find_run(length + extra);
+  if (MEMKIT_UNLIKELY(found == 0) && release_cached_pages()) found = find_run(length + extra);
   if (MEMKIT_UNLIKELY(found == 0)) {
     fail(free_blocks_ >= length ? block_heap_failure::fragmentation
                                 : block_heap_failure::out_of_memory);
@@ -551,7 +678,7 @@ void* block_heap::allocate_run(std::size_t size, std::size_t alignment) noexcept
 
 // ---- sub-block pages --------------------------------------------------------------------------
 
-void block_heap::push_partial(size_class& c, std::uint32_t block) noexcept {
+inline void block_heap::push_partial(size_class& c, std::uint32_t block) noexcept {
   tag& page = tags_[block];
   page.prev = npos;
   page.next = c.partial_head;
@@ -559,19 +686,78 @@ void block_heap::push_partial(size_class& c, std::uint32_t block) noexcept {
   c.partial_head = block;
 }
 
-void block_heap::unlink_partial(size_class& c, std::uint32_t block) noexcept {
+inline void block_heap::unlink_partial(size_class& c, std::uint32_t block) noexcept {
   const tag& page = tags_[block];
   if (page.next != npos) tags_[page.next].prev = page.prev;
   if (page.prev != npos) tags_[page.prev].next = page.next;
   else c.partial_head = page.next;
 }
 
+// Gives every class's kept empty page back to the free runs. O(classes). Returns true when one was.
+bool block_heap::release_cached_pages() noexcept {
+  bool released = false;
+  for (size_class& c : classes_) {
+    if (c.empty_page == npos) continue;
+    const std::uint32_t block = c.empty_page;
+    c.empty_page = npos;
+    unlink_partial(c, block);
+    --small_pages_;
+    mark_run(block, 1, tag_run_head);
+    release_run(block, 1);
+    released = true;
+  }
+  return released;
+}
+
 // ---- free -------------------------------------------------------------------------------------
 
-void block_heap::deallocate(void* p) noexcept {
-  if (p == nullptr) return;
+// Without a lock or debugging aids, a free that leaves its page neither full nor empty stays
+// here; everything else goes to free_locked().
+void block_heap::deallocate(void* pointer) noexcept {
+  if (pointer == nullptr) return;
+  if (MEMKIT_LIKELY(fast_)) {
+    auto* p = static_cast<std::byte*>(pointer);
+    const std::size_t offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(base_);
+    if (MEMKIT_LIKELY(offset < (block_count_ << block_shift_))) {
+      const auto block = static_cast<std::uint32_t>(offset >> block_shift_);
+      tag& page = tags_[block];
+      if (page.state == tag_sub_block) {
+        size_class& c = classes_[page.size_class];
+        const auto in_block = static_cast<std::uint32_t>(offset & (block_size_ - 1));
+        const std::uint32_t slot =
+            MEMKIT_LIKELY(block_size_ <= (std::size_t{1} << 21))
+                ? static_cast<std::uint32_t>((std::uint64_t{in_block} * c.reciprocal) >> 32)
+                : in_block / c.slot_bytes;
+        // The page stays on its partial list; if it empties, it becomes the class's kept page.
+        if (MEMKIT_LIKELY(slot * c.slot_bytes == in_block && slot < page.bump && page.used < c.slots &&
+                          (page.used > 1 || c.empty_page == npos))) {
+          MEMKIT_UNPOISON(p, sizeof page.free_slot);
+          std::memcpy(p, &page.free_slot, sizeof page.free_slot);
+          MEMKIT_POISON(p, c.slot_bytes);
+          page.free_slot = slot;
+          if (--page.used == 0) c.empty_page = block;
+          --live_small_;
+          ++total_frees_;
+          return;
+        }
+      } else if (page.state == tag_run_head && (offset & (block_size_ - 1)) == 0) {
+        free_run_fast(block);
+        return;
+      }
+    }
+    free_locked(pointer, 0);
+    return;
+  }
   lock guard(*this);
-  free_locked(p, 0);
+  free_locked(pointer, 0);
+}
+
+// Frees the allocated run starting at `block` (already checked); no lock, no debugging aids.
+void block_heap::free_run_fast(std::uint32_t block) noexcept {
+  const std::uint32_t length = tags_[block].length;
+  MEMKIT_POISON(base_ + (std::size_t{block} << block_shift_), std::size_t{length} << block_shift_);
+  release_run(block, length);
+  ++total_frees_;
 }
 
 void block_heap::do_deallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
@@ -585,63 +771,69 @@ bool block_heap::owns(const void* p) const noexcept {
   return base_ != nullptr && b >= base_ && b < base_ + block_count_ * block_size_;
 }
 
-void block_heap::check_guard(const std::byte* p, std::size_t requested) const noexcept {
+inline void block_heap::check_guard(const std::byte* p, std::size_t requested) const noexcept {
   for (std::size_t i = 0; i < options_.guard_bytes; ++i) {
     MEMKIT_CHECK(p[requested + i] == static_cast<std::byte>(guard_fill),
                  "block_heap: guard bytes after an allocation were overwritten (a buffer overrun)");
   }
 }
 
+// Checks the guard, forgets the site and fills the freed bytes. `requested` is 0 for a slot,
+// whose requested size sits in its last four bytes.
+void block_heap::debug_free(std::byte* p, std::size_t bytes, std::size_t requested) noexcept {
+  MEMKIT_UNPOISON(p, bytes);
+  if (options_.guard_bytes != 0) {
+    if (requested == 0) {
+      std::uint32_t stored;
+      std::memcpy(&stored, p + bytes - sizeof stored, sizeof stored);
+      MEMKIT_CHECK(stored + options_.guard_bytes + sizeof stored <= bytes,
+                   "block_heap: the size stored after a small allocation was overwritten (a buffer overrun)");
+      requested = stored;
+    }
+    check_guard(p, requested);
+  }
+  if (options_.track_sites) forget_site(p);
+  if (options_.fill_patterns) std::memset(p, freed_fill, bytes);
+}
+
 void block_heap::free_locked(void* pointer, std::size_t checked_size) noexcept {
   auto* p = static_cast<std::byte*>(pointer);
-  MEMKIT_CHECK(owns(p), "block_heap: deallocate of a pointer outside this heap's region");
-  const std::size_t offset = static_cast<std::size_t>(p - base_);
+  // One unsigned comparison covers both ends (and an empty heap, whose region is 0 bytes).
+  const std::size_t offset = reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(base_);
+  MEMKIT_CHECK(offset < (block_count_ << block_shift_),
+               "block_heap: deallocate of a pointer outside this heap's region");
   const auto block = static_cast<std::uint32_t>(offset >> block_shift_);
   tag& t = tags_[block];
   if (t.state == tag_sub_block) {
     const size_class& c = classes_[t.size_class];
     const auto in_block = static_cast<std::uint32_t>(offset & (block_size_ - 1));
-    MEMKIT_CHECK(in_block % c.slot_bytes == 0 && in_block / c.slot_bytes < t.bump,
+    // Multiplying by a rounded-up reciprocal divides exactly for offsets below 2^21 (blocks up to
+    // 2 MiB); the check below would catch a wrong quotient anyway, as a bad pointer.
+    const std::uint32_t slot =
+        MEMKIT_LIKELY(block_size_ <= (std::size_t{1} << 21))
+            ? static_cast<std::uint32_t>((std::uint64_t{in_block} * c.reciprocal) >> 32)
+            : in_block / c.slot_bytes;
+    MEMKIT_CHECK(slot * c.slot_bytes == in_block && slot < t.bump,
                  "block_heap: deallocate of a pointer this heap did not hand out");
     MEMKIT_ASSERT(checked_size <= c.slot_bytes, "block_heap: deallocate with a size larger than the block");
-    if (MEMKIT_UNLIKELY(debug_)) {
-      MEMKIT_UNPOISON(p, c.slot_bytes);
-      if (options_.guard_bytes != 0) {
-        std::uint32_t requested;
-        std::memcpy(&requested, p + c.slot_bytes - sizeof requested, sizeof requested);
-        MEMKIT_CHECK(requested + options_.guard_bytes + sizeof requested <= c.slot_bytes,
-                     "block_heap: the size stored after a small allocation was overwritten (a buffer overrun)");
-        check_guard(p, requested);
-      }
-      if (options_.track_sites) forget_site(p);
-      if (options_.fill_patterns) std::memset(p, freed_fill, c.slot_bytes);
-    }
-    free_small(block, p);
+    if (MEMKIT_UNLIKELY(debug_)) debug_free(p, c.slot_bytes, 0);
+    free_small(block, p, slot);
   } else {
     MEMKIT_CHECK(t.state == tag_run_head && (offset & (block_size_ - 1)) == 0,
                  "block_heap: deallocate of a pointer this heap did not hand out, or a double free");
     const std::size_t run_bytes = std::size_t{t.length} << block_shift_;
     MEMKIT_ASSERT(checked_size <= run_bytes, "block_heap: deallocate with a size larger than the block");
-    if (MEMKIT_UNLIKELY(debug_)) {
-      MEMKIT_UNPOISON(p, run_bytes);
-      const std::size_t requested = run_bytes - t.slack;
-      if (options_.guard_bytes != 0) check_guard(p, requested);
-      if (options_.track_sites) forget_site(p);
-      if (options_.fill_patterns) std::memset(p, freed_fill, run_bytes);
-    }
+    if (MEMKIT_UNLIKELY(debug_)) debug_free(p, run_bytes, run_bytes - t.slack);
     MEMKIT_POISON(p, run_bytes);
     release_allocated_run(block);
   }
   (void)checked_size;
-  --live_allocations_;
   ++total_frees_;
 }
 
-void block_heap::free_small(std::uint32_t block, std::byte* p) noexcept {
+inline void block_heap::free_small(std::uint32_t block, std::byte* p, std::uint32_t slot) noexcept {
   tag& page = tags_[block];
   size_class& c = classes_[page.size_class];
-  const auto slot = static_cast<std::uint32_t>(static_cast<std::size_t>(p - base_) & (block_size_ - 1)) /
-                    c.slot_bytes;
   MEMKIT_UNPOISON(p, sizeof page.free_slot);
   std::memcpy(p, &page.free_slot, sizeof page.free_slot);
   MEMKIT_POISON(p, c.slot_bytes);
@@ -649,9 +841,10 @@ void block_heap::free_small(std::uint32_t block, std::byte* p) noexcept {
   if (page.used == c.slots) push_partial(c, block);
   --live_small_;
   if (--page.used != 0) return;
-  // An empty page: keep one per class for the next request, give the others back as runs.
-  if (c.empty_pages == 0) {
-    ++c.empty_pages;
+  // An empty page: keep one per class for the next request (a run request that finds no room
+  // takes it back), give the others back as runs.
+  if (c.empty_page == npos) {
+    c.empty_page = block;
     return;
   }
   unlink_partial(c, block);
@@ -660,11 +853,11 @@ void block_heap::free_small(std::uint32_t block, std::byte* p) noexcept {
   release_run(block, 1);
 }
 
-void block_heap::release_allocated_run(std::uint32_t block) noexcept { release_run(block, tags_[block].length); }
+inline void block_heap::release_allocated_run(std::uint32_t block) noexcept { release_run(block, tags_[block].length); }
 
 // ---- resize -----------------------------------------------------------------------------------
 
-std::size_t block_heap::usable_size_locked(const void* pointer) const noexcept {
+inline std::size_t block_heap::usable_size_locked(const void* pointer) const noexcept {
   auto* p = static_cast<const std::byte*>(pointer);
   const std::size_t offset = static_cast<std::size_t>(p - base_);
   const tag& t = tags_[offset >> block_shift_];
@@ -730,11 +923,12 @@ bool block_heap::resize_locked(void* pointer, std::size_t new_size) noexcept {
       if (end >= block_count_ || tags_[end].state != tag_free || tags_[end].length < grow) return false;
       if (!commit_blocks(end, grow)) return false;
       const std::uint32_t right = tags_[end].length;
-      unlink_free(end, right);
+      const bool emptied = unlink_free(end, right);
       tags_[block + length - 1].state = tag_interior;
       tags_[end].state = tag_interior;
       tags_[end + right - 1].state = tag_interior;
       if (right > grow) push_free(end + grow, right - grow);
+      if (emptied) clear_length(right);
       mark_run(block, wanted, tag_run_head);
       free_blocks_ -= grow;
     }

@@ -136,7 +136,7 @@ block_heap_statistics block_heap::statistics() const noexcept {
     const std::size_t last = commit_steps_ - 1;
     if (committed_[last / 64] >> (last % 64) & 1) s.committed_bytes -= commit_steps_ * step_bytes - s.region_bytes;
   }
-  s.live_allocations = live_allocations_;
+  s.live_allocations = total_allocations_ - total_frees_;
   s.live_small_allocations = live_small_;
   s.total_allocations = total_allocations_;
   s.total_frees = total_frees_;
@@ -291,8 +291,8 @@ std::string block_heap::validate_locked() const {
   if (free_blocks != free_blocks_) return "free block counter differs from the free runs";
   if (small_live != live_small_) return "live sub-block counter differs from the pages";
   if (small_pages != small_pages_) return "sub-block page counter differs from the pages";
-  if (runs - small_pages + small_live != live_allocations_) return "live allocation counter differs from the heap";
-  if (total_allocations_ - total_frees_ != live_allocations_) return "allocation and free counters disagree";
+  if (runs - small_pages + small_live != total_allocations_ - total_frees_)
+    return "allocation and free counters differ from the live blocks";
 
   // 2. Each free-run list holds exactly the free runs of its length, doubly linked; the bitmap's
   //    bits are set exactly for non-empty lists, at every level.
@@ -341,8 +341,11 @@ std::string block_heap::validate_locked() const {
       previous = b;
       if (++partial_total > n) return "partial-page list loops";
     }
-    if (c.empty_pages != empty_pages[ci]) return "empty-page count of a size class is wrong";
-    if (c.empty_pages > 1) return "more than one empty page kept for a size class";
+    if (empty_pages[ci] > 1) return "more than one empty page kept for a size class";
+    if ((c.empty_page != npos) != (empty_pages[ci] == 1)) return "kept empty page of a size class is not recorded";
+    if (c.empty_page != npos && (c.empty_page >= n || tags_[c.empty_page].state != tag_sub_block ||
+                                 tags_[c.empty_page].used != 0 || tags_[c.empty_page].size_class != ci))
+      return "kept empty page of a size class is not an empty page of that class";
   }
   for (std::size_t i = 0; i < n; ++i)
     if (tags_[i].state == tag_sub_block && tags_[i].used < classes_[tags_[i].size_class].slots) ++partial_expected;
@@ -353,7 +356,7 @@ std::string block_heap::validate_locked() const {
     std::size_t tracked = 0;
     for (const allocation_site& s : sites_->sites) tracked += s.live_allocations;
     if (tracked != sites_->live.size()) return "site table counts differ from its live records";
-    if (tracked > live_allocations_) return "site table tracks more allocations than are live";
+    if (tracked > total_allocations_ - total_frees_) return "site table tracks more allocations than are live";
   }
   return {};
 }
@@ -363,21 +366,7 @@ std::string block_heap::validate_locked() const {
 std::size_t block_heap::trim() noexcept {
   lock guard(*this);
   if (block_count_ == 0) return 0;
-  for (std::size_t ci = 0; ci < size_class_count; ++ci) {
-    size_class& c = classes_[ci];
-    if (c.empty_pages == 0) continue;
-    for (std::uint32_t b = c.partial_head; b != npos;) {
-      const std::uint32_t next = tags_[b].next;
-      if (tags_[b].used == 0) {
-        unlink_partial(c, b);
-        --small_pages_;
-        --c.empty_pages;
-        mark_run(b, 1, tag_run_head);
-        release_run(b, 1);
-      }
-      b = next;
-    }
-  }
+  release_cached_pages();
   std::size_t released = 0;
   if (commit_steps_ != 0) {
     for (std::size_t i = 0; i < block_count_;) {

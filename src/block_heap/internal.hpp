@@ -84,6 +84,17 @@ struct block_heap::lock {
   std::mutex* mutex_;
 };
 
+// The length of the longest free run, from the top of the run-length bitmap down.
+inline std::uint32_t block_heap::largest_length() const noexcept {
+  if (levels_ == 0) return 0;
+  std::uint64_t top = bitmap_[levels_ - 1][0];
+  if (top == 0) return 0;
+  std::size_t position = static_cast<std::size_t>(63 - std::countl_zero(top));
+  for (int below = levels_ - 2; below >= 0; --below)
+    position = (position << 6) | static_cast<std::size_t>(63 - std::countl_zero(bitmap_[below][position]));
+  return static_cast<std::uint32_t>(position + 1);
+}
+
 namespace block_heap_detail {
 
 // Slot links live in the first four bytes of a free slot; these read and write them around
