@@ -1,11 +1,20 @@
-// Stack capture with _Unwind_Backtrace and symbolization with dladdr; see
-// include/memkit/detail/stack_trace.hpp.
+// Stack capture and symbolization with dladdr; see include/memkit/detail/stack_trace.hpp.
+//
+// The unwinder: libunwind's unw_backtrace when libunwind.so.8 is installed (about 10 ns per frame
+// with its cache), else the compiler runtime's _Unwind_Backtrace (a few hundred ns per frame: it
+// looks up the unwind tables of every frame again). libunwind is opened with dlopen, privately
+// (RTLD_LOCAL), on the first capture, not linked: linking it would let its _Unwind_* symbols take
+// over C++ exception handling in the whole program, and its static archive is not
+// position-independent. That first dlopen may allocate once; the re-entrancy guard below makes
+// an allocator that captures from inside that allocation fall back to no trace.
 #include "memkit/detail/stack_trace.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>
 #include <unwind.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +25,27 @@ namespace {
 // Set while this thread unwinds: the unwinder may allocate on its first use, and an allocator in
 // debug mode would capture again from inside that allocation.
 thread_local bool capturing = false;
+
+using backtrace_function = int (*)(void**, int);
+std::atomic<backtrace_function> fast_backtrace{nullptr};
+std::atomic<int> fast_backtrace_state{0};  // 0: not looked for, 1: looking, 2: done
+
+backtrace_function find_fast_backtrace() noexcept {
+  int state = fast_backtrace_state.load(std::memory_order_acquire);
+  if (state == 2) return fast_backtrace.load(std::memory_order_relaxed);
+  if (state == 0 && fast_backtrace_state.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
+    if (void* library = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL)) {
+      if (void* symbol = ::dlsym(library, "unw_backtrace")) {
+        fast_backtrace.store(reinterpret_cast<backtrace_function>(symbol), std::memory_order_relaxed);
+      }
+    }
+    fast_backtrace_state.store(2, std::memory_order_release);
+    return fast_backtrace.load(std::memory_order_relaxed);
+  }
+  return nullptr;  // another thread is looking: use the slow unwinder meanwhile
+}
+
+constexpr std::size_t kept_frames_limit = 80;  // frames skipped + kept, per capture
 
 struct walk_state {
   void** frames;
@@ -51,11 +81,21 @@ void write_all(int fd, const char* text, std::size_t length) noexcept {
 std::size_t capture_stack_trace(void** frames, std::size_t max_frames, std::size_t skip) noexcept {
   if (max_frames == 0 || capturing) return 0;
   capturing = true;
-  // +1: the first frame _Unwind_Backtrace reports is this function itself.
-  walk_state state{frames, max_frames, skip + 1, 0};
-  _Unwind_Backtrace(on_frame, &state);
+  std::size_t count = 0;
+  if (backtrace_function fast = find_fast_backtrace()) {
+    // unw_backtrace's first frame is its caller, this function: skip it too.
+    void* buffer[kept_frames_limit];
+    const std::size_t wanted = std::min(max_frames + skip + 1, kept_frames_limit);
+    const int got = fast(buffer, static_cast<int>(wanted));
+    for (std::size_t i = skip + 1; i < static_cast<std::size_t>(got > 0 ? got : 0); ++i) frames[count++] = buffer[i];
+  } else {
+    // +1: the first frame _Unwind_Backtrace reports is this function itself.
+    walk_state state{frames, max_frames, skip + 1, 0};
+    _Unwind_Backtrace(on_frame, &state);
+    count = state.count;
+  }
   capturing = false;
-  return state.count;
+  return count;
 }
 
 void print_stack_trace(int fd, void* const* frames, std::size_t count) noexcept {

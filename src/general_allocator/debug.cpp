@@ -52,6 +52,18 @@ void** free_frames_of(const page* pg, debug_record* r) noexcept {
   return alloc_frames_of(pg, r) + pg->record_frames;
 }
 
+// True when all `n` bytes (n a multiple of 8, p 8-aligned) are the freed fill, 8 bytes at a time.
+bool fill_intact(const unsigned char* p, std::size_t n) noexcept {
+  constexpr std::uint64_t fill = 0x0101010101010101ull * general_allocator::freed_fill_byte;
+  std::uint64_t differ = 0;
+  for (std::size_t i = 0; i < n; i += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p + i, 8);
+    differ |= word ^ fill;
+  }
+  return differ == 0;
+}
+
 constexpr std::size_t report_skip = 2;  // capture_stack_trace's caller and the debug entry point
 
 struct current_trace {
@@ -119,10 +131,10 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     segment* s = segment_of(p);
     pg = page_of(s, p);
     const std::size_t bs = pg->block_size;
-    const std::size_t index = static_cast<std::size_t>(static_cast<char*>(p) - pg->start) / bs;
+    const std::size_t index = block_index(pg, static_cast<std::size_t>(static_cast<char*>(p) - pg->start));
     debug_record* r = record_at(pg, index);
     auto* bytes = static_cast<unsigned char*>(p);
-    if (r->state == freed && o.fill_freed_memory) {
+    if (r->state == freed && o.fill_freed_memory && !fill_intact(bytes + sizeof(block), bs - sizeof(block))) {
       // The first word holds the free-list link; the rest must still be the fill.
       for (std::size_t i = sizeof(block); i < bs; ++i) {
         if (bytes[i] != freed_fill_byte) {
@@ -223,13 +235,14 @@ void general_allocator::impl::debug_free(void* p) noexcept {
   }
   const std::size_t bs = pg->block_size;
   const std::size_t offset = static_cast<std::size_t>(c - reinterpret_cast<unsigned char*>(pg->start));
-  const std::size_t index = offset / bs;
+  const std::size_t index = block_index(pg, offset);
+  const std::size_t within = offset - index * bs;
   if (index >= pg->capacity) {
     report_foreign(p, "free of a pointer this allocator did not allocate");
     return;
   }
   if (!pg->debug) {  // a block from before debug mode was switched on: free it normally
-    if (offset % bs != 0) {
+    if (within != 0) {
       report_foreign(p, "free of an interior pointer");
       return;
     }
@@ -239,9 +252,9 @@ void general_allocator::impl::debug_free(void* p) noexcept {
   debug_record* r = record_at(pg, index);
   unsigned char* block_start = reinterpret_cast<unsigned char*>(pg->start) + index * bs;
   const bool captured = pg->record_frames != 0;
-  if (offset % bs != 0) {
+  if (within != 0) {
     write_format(fd, "memkit: free of an interior pointer %p (%zu bytes into the %u-byte block at %p)\n", p,
-                 offset % bs, static_cast<unsigned>(r->requested), static_cast<void*>(block_start));
+                 within, static_cast<unsigned>(r->requested), static_cast<void*>(block_start));
     section(fd, "block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
     if (o.abort_on_error) std::abort();
     return;
@@ -294,7 +307,7 @@ std::size_t general_allocator::impl::debug_usable_size(const void* p) const noex
   segment* s = segment_of(p);
   if (s->kind == segment_kind::huge) return s->huge_requested;
   page* pg = page_of(s, p);
-  const std::size_t index = static_cast<std::size_t>(static_cast<const char*>(p) - pg->start) / pg->block_size;
+  const std::size_t index = block_index(pg, static_cast<std::size_t>(static_cast<const char*>(p) - pg->start));
   return record_at(pg, index)->requested;
 }
 
@@ -311,7 +324,7 @@ bool general_allocator::impl::debug_resize(void* p, std::size_t new_size) noexce
   page* pg = page_of(s, p);
   const std::size_t bs = pg->block_size;
   if (new_size + canary > bs) return false;
-  const std::size_t index = static_cast<std::size_t>(static_cast<char*>(p) - pg->start) / bs;
+  const std::size_t index = block_index(pg, static_cast<std::size_t>(static_cast<char*>(p) - pg->start));
   record_at(pg, index)->requested = static_cast<std::uint32_t>(new_size);
   std::memset(c + new_size, canary_byte, canary);
   return true;

@@ -81,7 +81,8 @@ void general_allocator::impl::collect_heap(heap* h, bool everything) noexcept {
 
 void general_allocator::impl::abandon_heap(heap* h) noexcept {
   collect_heap(h, true);
-  purge_heap(h, now_ms(), true);
+  // Only what is due: the next thread to start usually adopts this heap and its warm pages.
+  purge_heap(h, now_ms(), false);
   h->thread_id.store(0, std::memory_order_relaxed);
   for (segment* s = h->segments; s != nullptr; s = s->next) s->thread_id.store(0, std::memory_order_relaxed);
   lock_guard guard(lock);

@@ -187,6 +187,7 @@ struct page {
   std::size_t records_bytes = 0;
   std::uint32_t record_size = 0;
   std::uint32_t record_frames = 0;
+  std::uint64_t reciprocal = 0;     // ceil(2^64 / block_size): block index by multiplication
   std::size_t touched_bytes = 0;    // bytes of the page that may be resident
   std::uint64_t free_since_ms = 0;  // when it became free (purge delay)
 };
@@ -417,6 +418,13 @@ void extend_page(general_allocator::impl* im, page* pg) noexcept;
 // The segment holding a page descriptor.
 inline segment* segment_of_page(const page* pg) noexcept {
   return reinterpret_cast<segment*>(reinterpret_cast<std::uintptr_t>(pg) & ~segment_mask);
+}
+
+// Index of the block holding byte `offset` of a page: offset / block_size by a multiplication
+// (exact for every offset inside a page; a division costs several times more on the debug path).
+__extension__ typedef unsigned __int128 uint128;  // GCC and Clang on 64-bit targets
+inline std::size_t block_index(const page* pg, std::size_t offset) noexcept {
+  return static_cast<std::size_t>((static_cast<uint128>(offset) * pg->reciprocal) >> 64);
 }
 
 // Bytes of a page's memory area.

@@ -174,6 +174,7 @@ page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug
   const std::size_t bs = class_block_size(cls);
   pg->size_class = static_cast<std::uint8_t>(cls);
   pg->block_size = static_cast<std::uint32_t>(bs);
+  pg->reciprocal = ~std::uint64_t{0} / bs + 1;
   pg->reserved = static_cast<std::uint32_t>(page_area_bytes(pg) / bs);
   pg->capacity = 0;
   pg->used = 0;
