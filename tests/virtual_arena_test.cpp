@@ -411,6 +411,35 @@ TEST_F(virtual_arena_test, a_commit_beyond_an_address_space_limit_returns_null_i
       ::testing::ExitedWithCode(0), "");
 }
 
+TEST_F(virtual_arena_test, a_reservation_beyond_rlimit_as_fails_cleanly_in_a_child) {
+  EXPECT_EXIT(
+      {
+        // Allow 256 MiB more address space than the process has (sanitizers reserve a lot).
+        std::FILE* status = std::fopen("/proc/self/status", "r");
+        unsigned long long size_kib = 0;
+        char line[256];
+        while (status != nullptr && std::fgets(line, sizeof line, status) != nullptr) {
+          if (std::sscanf(line, "VmSize: %llu kB", &size_kib) == 1) break;
+        }
+        if (status != nullptr) std::fclose(status);
+        rlimit limit{};
+        if (size_kib == 0 || getrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+        limit.rlim_cur = static_cast<rlim_t>(size_kib * 1024 + 256 * MiB);
+        if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(4);
+        const bool refused = !virtual_arena::try_create(1024 * MiB).has_value();
+        bool threw = false;
+        try {
+          virtual_arena arena(1024 * MiB);
+        } catch (const std::bad_alloc&) {
+          threw = true;
+        }
+        auto fits = virtual_arena::try_create(64 * MiB);
+        const bool small_works = fits.has_value() && fits->allocate(4096) != nullptr;
+        _exit(refused && threw && small_works ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 #if MEMKIT_HAS_ASAN
 TEST_F(virtual_arena_test, use_after_rewind_is_reported_by_asan) {
   EXPECT_DEATH(
