@@ -12,11 +12,12 @@
 // Pick it when an upper bound on the length is known (even a very loose one: reserving 64 GiB of
 // address space costs nothing) and addresses must stay stable or append latency must stay flat.
 // Pick std::vector or memkit::vector when the bound is unknown or many small arrays are needed
-// (each dyn_array holds at least one page once it has elements, and one reservation).
+// (each dyn_array holds one reservation and, once it has elements, one prefault step of resident
+// memory: 256 KiB by default, at most max_size elements' worth).
 //
-// The interface follows std::vector (without allocators): capacity() is the committed part,
-// max_size() the reserved bound, reserve() commits ahead and shrink_to_fit() decommits. Running
-// out of max_size throws std::length_error and a commit the system refuses throws std::bad_alloc;
+// The interface follows std::vector (without allocators): capacity() is the ready part (committed
+// and prefaulted), max_size() the reserved bound, reserve() commits ahead and shrink_to_fit()
+// decommits. Running out of max_size throws std::length_error and a commit the system refuses throws std::bad_alloc;
 // try_push_back()/try_emplace_back() report both as false instead, leaving the array unchanged.
 // Exception guarantees are std::vector's: appends are strong (size and elements unchanged; the
 // committed capacity may have grown), insert/erase in the middle are basic when T's moves throw.
