@@ -17,8 +17,9 @@
 //
 // The interface follows std::vector (without allocators): capacity() is the ready part (committed
 // and prefaulted), max_size() the reserved bound, reserve() commits ahead and shrink_to_fit()
-// decommits. Running out of max_size throws std::length_error and a commit the system refuses throws std::bad_alloc;
-// try_push_back()/try_emplace_back() report both as false instead, leaving the array unchanged.
+// decommits. Running out of max_size throws std::length_error and a commit the system refuses
+// throws std::bad_alloc; try_push_back()/try_emplace_back() report both as false instead, leaving
+// the array unchanged.
 // Exception guarantees are std::vector's: appends are strong (size and elements unchanged; the
 // committed capacity may have grown), insert/erase in the middle are basic when T's moves throw.
 #pragma once
