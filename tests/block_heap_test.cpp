@@ -245,6 +245,17 @@ TEST_F(block_heap_test, full_small_pages_take_new_blocks_and_empty_ones_are_retu
   EXPECT_TRUE(heap.validate()) << heap.validate().problem;
 }
 
+TEST_F(block_heap_test, a_whole_region_request_takes_back_kept_sub_block_pages) {
+  block_heap heap(1 * MiB);
+  for (std::size_t size : {1u, 100u, 2000u}) heap.deallocate(heap.allocate(size));
+  EXPECT_EQ(heap.statistics().sub_block_pages, 3u);  // one empty page kept per class
+  void* p = heap.allocate(1 * MiB);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(heap.statistics().sub_block_pages, 0u);
+  heap.deallocate(p);
+  EXPECT_TRUE(heap.validate()) << heap.validate().problem;
+}
+
 // ---- user buffer, free without size, interface ------------------------------------------------
 
 TEST_F(block_heap_test, manages_a_user_buffer) {
