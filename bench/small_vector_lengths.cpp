@@ -112,7 +112,7 @@ void run_one(context& ctx, std::size_t& done, std::size_t total) {
   // Many short repetitions, subjects interleaved: on a shared machine, load changes over
   // milliseconds, and short interleaved samples let every subject see the same load.
   const int passes = ctx.pick(50, 300, 1000);
-  const int repetitions = ctx.pick(5, 41, 101);
+  const int repetitions = ctx.pick(5, 151, 401);
   auto list = subjects<Element, N>();
   std::vector<std::vector<double>> samples(list.size());
   for (int r = 0; r < repetitions; ++r) {

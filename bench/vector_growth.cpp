@@ -201,7 +201,7 @@ void warm_up_memory(std::size_t bytes) {
 void run(context& ctx) {
   const int iterations = ctx.pick(1'000'000, 10'000'000, 10'000'000);
   const int repetitions = ctx.pick(1, 3, 9);
-  warm_up_memory(ctx.pick<std::size_t>(std::size_t{256} << 20, std::size_t{1} << 30, std::size_t{1} << 30));
+  warm_up_memory(ctx.pick<std::size_t>(std::size_t{64} << 20, std::size_t{1} << 30, std::size_t{1} << 30));
   // Capacity doubles from 4: 10 million ints end in a 64 MiB buffer; leave room for any
   // allocator rounding.
   const std::size_t arena_reservation = std::size_t{256} << 20;

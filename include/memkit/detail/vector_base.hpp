@@ -975,11 +975,13 @@ class vector_base {
     });
   }
 
-  // Grows for one more element and constructs it with construct(slot): in place through
-  // resize(); else, when MayReallocate and T is trivially relocatable, through reallocate();
-  // else in a new block where the element is built before the old ones move (strong guarantee).
-  // If construct throws after an in-place or reallocate growth, the elements are unchanged but
-  // capacity has grown.
+  // Grows for one more element and constructs it with construct(slot): when MayReallocate and T
+  // is trivially relocatable, through reallocate(), which grows in place when it can and moves the
+  // bytes otherwise (asking resize() first would cost a second call whenever the block cannot
+  // grow, as with malloc blocks whose usable size allocate_at_least already handed out); else in
+  // place through resize(); else in a new block where the element is built before the old ones
+  // move (strong guarantee). If construct throws after an in-place or reallocate growth, the
+  // elements are unchanged but capacity has grown.
   template <bool MayReallocate, class Construct>
   MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_back(Construct&& construct) {
     if (size() >= max_size()) return nullptr;
@@ -987,7 +989,7 @@ class vector_base {
     if (!is_inline() && data_ != nullptr) {
       const std::size_t old_bytes = capacity() * sizeof(T);
       const std::size_t new_bytes = new_capacity * sizeof(T);
-      if (alloc().resize(data_, old_bytes, new_bytes, alignof(T))) {
+      if (!(MayReallocate && relocatable()) && alloc().resize(data_, old_bytes, new_bytes, alignof(T))) {
         capacity_ = static_cast<stored_size>(new_capacity);
         construct(data_ + size_);
         ++size_;
