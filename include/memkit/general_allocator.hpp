@@ -26,7 +26,9 @@
 //    block is reused) and leaks. Every check is O(1) per operation.
 //
 // Every function is thread-safe unless its comment says otherwise, and nothing here calls malloc,
-// so the allocator can BE malloc.
+// so the allocator can BE malloc. (One exception, in debug mode with stack traces: the first
+// capture dlopens libunwind, which may allocate once; captures re-entered from that allocation
+// record no trace.)
 #pragma once
 
 #include <cstddef>
@@ -84,12 +86,14 @@ class general_allocator final : public allocator {
   // Byte canaries are made of.
   static constexpr unsigned char canary_byte = 0xCA;
 
-  // A snapshot of the allocator's counters. Blocks freed by a thread other than the one that
-  // allocated them are counted once their owner collects them (at its next page refill), so the
-  // live figures are exact only when threads are quiet.
+  // A snapshot of the allocator's counters. Allocations are counted on the fast path; frees are
+  // derived (allocations minus the live blocks found in the pages), so a block freed by another
+  // thread counts as freed once its owner collects it (at its next page refill). The figures are
+  // exact when threads are quiet.
   struct statistics {
     std::size_t live_bytes = 0;        // bytes in blocks handed out and not freed (block sizes)
-    std::size_t peak_live_bytes = 0;   // highest live_bytes seen (sampled at page refills)
+    std::size_t peak_live_bytes = 0;   // highest bytes in use, counted at page granularity (pages
+                                       // holding blocks plus large blocks): an upper bound
     std::size_t resident_bytes = 0;    // memory held and not returned to the OS (upper bound)
     std::size_t mapped_bytes = 0;      // address space reserved from the OS
     std::size_t retained_bytes = 0;    // empty memory not yet returned to the OS
@@ -155,7 +159,8 @@ class general_allocator final : public allocator {
   // OS now. Memory of other threads' heaps is returned when those threads next refill a page.
   void purge() noexcept;
 
-  // The counters now.
+  // The counters now. The member function hides the type's name inside the class, so declare
+  // results with auto (or `struct general_allocator::statistics`).
   struct statistics statistics() const noexcept;
   // Writes the counters as text to `fd` (no malloc; safe in an atexit handler).
   void print_statistics(int fd) const noexcept;
