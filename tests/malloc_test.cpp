@@ -447,13 +447,19 @@ TEST(malloc_dropin, every_new_form_comes_from_memkit_and_is_aligned) {
   EXPECT_TRUE(aligned(aligned_nothrow_array, 4096));
   const auto before = frees_so_far();
   ::operator delete(plain);
-  ::operator delete[](array, 24);
   ::operator delete(nothrow, std::nothrow);
   ::operator delete[](nothrow_array, std::nothrow);
-  ::operator delete(aligned_one, 24, std::align_val_t{512});
   ::operator delete[](aligned_array, std::align_val_t{512});
   ::operator delete(aligned_nothrow, std::align_val_t{4096}, std::nothrow);
+#if defined(__cpp_sized_deallocation)  // Clang declares the sized forms only with -fsized-deallocation
+  ::operator delete[](array, 24);
+  ::operator delete(aligned_one, 24, std::align_val_t{512});
   ::operator delete[](aligned_nothrow_array, 24, std::align_val_t{4096});
+#else
+  ::operator delete[](array);
+  ::operator delete(aligned_one, std::align_val_t{512});
+  ::operator delete[](aligned_nothrow_array, std::align_val_t{4096});
+#endif
   EXPECT_EQ(frees_so_far(), before + 8);
 
   auto* objects = new over_aligned[3];
