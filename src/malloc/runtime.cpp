@@ -1,6 +1,8 @@
 // Start-up, fork handling and the end-of-process reports of the drop-in malloc.
 #include "runtime.hpp"
 
+#include "memkit/detail/stack_trace.hpp"
+
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
@@ -76,6 +78,13 @@ void configure_from_environment() noexcept {
   options.purge_delay_ms = static_cast<std::uint32_t>(
       number("MEMKIT_PURGE_DELAY_MS", options.purge_delay_ms));
   options.retained_limit = number("MEMKIT_RETAINED_LIMIT", options.retained_limit);
+  if (options.debug && options.capture_stack_traces) {
+    // The unwinder allocates on its first walk (unwind tables of the loaded objects) and keeps
+    // that memory for the life of the process. Walk once now, before debug mode is on, so those
+    // blocks are neither recorded nor reported as leaks at exit.
+    void* frames[4];
+    (void)detail::capture_stack_trace(frames, 4, 0);
+  }
   general_allocator::global().configure(options);
 }
 
