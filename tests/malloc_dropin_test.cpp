@@ -18,6 +18,8 @@ TEST(malloc_preload, not_built_in_sanitizer_builds) {
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -106,6 +108,30 @@ TEST(malloc_preload, a_c_program_runs_on_the_drop_in_and_prints_statistics_on_re
   auto stats = misuse_with("ok", {"MEMKIT_STATS=1"});
   EXPECT_EQ(stats.exit_code, 0) << stats.output;
   EXPECT_TRUE(contains(stats.output, "memkit")) << stats.output;
+}
+
+TEST(malloc_preload, statistics_survive_a_program_that_closes_stderr) {
+  auto out = misuse_with("close-stderr", {"MEMKIT_STATS=1"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "memkit")) << out.output;
+}
+
+TEST(malloc_preload, reports_go_to_memkit_report_file_when_set) {
+  char path[] = "/tmp/memkit_report_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  auto out = misuse_with("double-free", {"MEMKIT_DEBUG=1", std::string("MEMKIT_REPORT_FILE=") + path});
+  EXPECT_EQ(out.signal, SIGABRT);
+  EXPECT_FALSE(contains(out.output, "double free")) << "the report went to the file, not stderr";
+  std::string written;
+  if (FILE* file = std::fopen(path, "r")) {
+    char buffer[4096];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) written.append(buffer, n);
+    std::fclose(file);
+  }
+  ::unlink(path);
+  EXPECT_TRUE(contains(first_report_line(written), "double free")) << written;
 }
 
 TEST(malloc_preload, system_programs_run_on_the_drop_in) {

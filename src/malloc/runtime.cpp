@@ -3,6 +3,7 @@
 
 #include "memkit/detail/stack_trace.hpp"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
@@ -36,8 +37,10 @@ struct settings {
   bool debug = false;       // MEMKIT_DEBUG
   bool statistics = false;  // MEMKIT_STATS
   bool leaks = true;        // MEMKIT_LEAKS (reports leaks at exit in debug mode unless 0)
+  int report_fd = STDERR_FILENO;  // MEMKIT_REPORT_FILE, else a private copy of stderr
 };
-// The other variables go straight into general_allocator::options: MEMKIT_STACK_TRACES,
+// MEMKIT_REPORT_FILE names a file for every report instead of stderr. The other variables go
+// straight into general_allocator::options: MEMKIT_STACK_TRACES,
 // MEMKIT_STACK_FRAMES, MEMKIT_NEVER_REUSE, MEMKIT_ABORT, MEMKIT_PURGE_DELAY_MS,
 // MEMKIT_RETAINED_LIMIT.
 settings chosen;
@@ -63,12 +66,28 @@ std::size_t number(const char* name, std::size_t fallback) noexcept {
   return *end == '\0' ? static_cast<std::size_t>(parsed) : fallback;
 }
 
+// Where reports go. Many programs close stderr before they exit (GNU tools do, in an atexit
+// handler), which would silence the exit-time reports; so they go to a private, close-on-exec copy
+// of stderr taken now, or to MEMKIT_REPORT_FILE (appended to) when that is set. Neither open nor
+// fcntl allocates.
+int open_report_destination() noexcept {
+  if (const char* path = std::getenv("MEMKIT_REPORT_FILE"); path != nullptr && *path != '\0') {
+    const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) return fd;
+  }
+  int fd = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 500);  // high, out of the program's way
+  if (fd < 0) fd = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+  return fd < 0 ? STDERR_FILENO : fd;
+}
+
 void configure_from_environment() noexcept {
   chosen.debug = flag("MEMKIT_DEBUG", false);
   chosen.statistics = flag("MEMKIT_STATS", false);
   chosen.leaks = flag("MEMKIT_LEAKS", true);
+  if (chosen.debug || chosen.statistics) chosen.report_fd = open_report_destination();
   general_allocator::options options;
   options.debug = chosen.debug;
+  options.report_fd = chosen.report_fd;
   options.capture_stack_traces = flag("MEMKIT_STACK_TRACES", options.capture_stack_traces);
   options.stack_frames = number("MEMKIT_STACK_FRAMES", options.stack_frames);
   if (options.stack_frames > general_allocator::max_stack_frames)
@@ -98,12 +117,12 @@ void after_fork_in_child() noexcept { general_allocator::global().after_fork_chi
 // the statistics and leak reports see the final state.
 __attribute__((destructor)) void report_at_exit() noexcept {
   if (started.load(std::memory_order_acquire) == nullptr) return;
-  if (chosen.statistics) general_allocator::global().print_statistics(STDERR_FILENO);
+  if (chosen.statistics) general_allocator::global().print_statistics(chosen.report_fd);
   if (chosen.debug && chosen.leaks) {
     // The pool libstdc++ allocates at start-up and keeps for the whole run is not a leak of the
     // program's; give it back first so that the report lists only the program's blocks.
     if (__gnu_cxx::__freeres != nullptr) __gnu_cxx::__freeres();
-    general_allocator::global().report_leaks(STDERR_FILENO);
+    general_allocator::global().report_leaks(chosen.report_fd);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void* volatile slot;
 
@@ -53,6 +54,11 @@ int main(int argc, char** argv) {
     ((char*)launder(p))[8] = 'x';
     /* The block is found overwritten when it is handed out again. */
     for (int i = 0; i < 100000; ++i) launder(malloc(48));
+    return 0;
+  }
+  if (strcmp(what, "close-stderr") == 0) { /* as GNU tools do at exit */
+    free(launder(malloc(100)));
+    close(2);
     return 0;
   }
   if (strcmp(what, "leak") == 0) {
