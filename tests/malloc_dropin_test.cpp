@@ -110,6 +110,20 @@ TEST(malloc_preload, a_c_program_runs_on_the_drop_in_and_prints_statistics_on_re
   EXPECT_TRUE(contains(stats.output, "memkit")) << stats.output;
 }
 
+TEST(malloc_preload, a_dlopened_library_uses_the_drop_in_from_its_threads) {
+  for (const char* debug : {"MEMKIT_DEBUG=0", "MEMKIT_DEBUG=1"}) {
+    auto out = run({misuse, "plugin", MEMKIT_MALLOC_PLUGIN}, {preload, debug, "MEMKIT_LEAKS=0"});
+    EXPECT_EQ(out.exit_code, 0) << debug << "\n" << out.output;
+  }
+}
+
+TEST(malloc_preload, short_lived_threads_leave_nothing_broken) {
+  for (const char* debug : {"MEMKIT_DEBUG=0", "MEMKIT_DEBUG=1"}) {
+    auto out = misuse_with("threads", {debug, "MEMKIT_LEAKS=0"});
+    EXPECT_EQ(out.exit_code, 0) << debug << "\n" << out.output;
+  }
+}
+
 TEST(malloc_preload, statistics_survive_a_program_that_closes_stderr) {
   auto out = misuse_with("close-stderr", {"MEMKIT_STATS=1"});
   EXPECT_EQ(out.exit_code, 0) << out.output;

@@ -566,6 +566,23 @@ TEST(malloc_dropin, blocks_cross_threads_and_outlive_their_thread) {
   for (auto& m : made) EXPECT_EQ(m.size(), static_cast<std::size_t>(blocks));
 }
 
+TEST(malloc_dropin, heaps_of_exited_threads_are_reused) {
+  // One thread after the other, each allocating and leaving blocks behind: a heap per thread
+  // ever created would grow without bound; adoption keeps the count at the number of threads
+  // alive at once.
+  const auto before = general_allocator::global().statistics().heaps;
+  std::vector<void*> left;
+  for (int i = 0; i < 100; ++i) {
+    std::thread([&left, i] {
+      void* keep = std::malloc(static_cast<std::size_t>(24 + i));
+      for (int j = 0; j < 50; ++j) std::free(std::malloc(static_cast<std::size_t>(8 * j + 8)));
+      left.push_back(keep);
+    }).join();
+  }
+  for (void* p : left) std::free(p);
+  EXPECT_LE(general_allocator::global().statistics().heaps, before + 2);
+}
+
 TEST(malloc_dropin, a_dlopened_library_shares_the_heap) {
   for (int round = 0; round < 3; ++round) {
     void* library = ::dlopen(MEMKIT_MALLOC_PLUGIN, RTLD_NOW | RTLD_LOCAL);
