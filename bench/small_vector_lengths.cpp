@@ -116,7 +116,9 @@ void run_one(context& ctx, std::size_t& done, std::size_t total) {
   auto list = subjects<Element, N>();
   std::vector<std::vector<double>> samples(list.size());
   for (int r = 0; r < repetitions; ++r) {
-    for (std::size_t s = 0; s < list.size(); ++s) {
+    // Rotate the order too, so no subject always runs right after the same other one.
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      const std::size_t s = (k + static_cast<std::size_t>(r)) % list.size();
       if (list[s].installed) samples[s].push_back(list[s].measure(passes));
     }
   }
