@@ -248,7 +248,7 @@ const char* error_message(int error) noexcept {
   if (error == -1) return "injected or unknown failure";
   thread_local char text[256];
   const DWORD length = ::FormatMessageA(FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS, nullptr,
-                                        static_cast<DWORD>(error), 0, text, sizeof text, nullptr);
+                                        static_cast<DWORD>(error), 0, text, static_cast<DWORD>(sizeof text), nullptr);
   if (length == 0) {
     std::snprintf(text, sizeof text, "Windows error %d", error);
     return text;
