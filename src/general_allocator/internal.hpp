@@ -214,6 +214,7 @@ struct segment {
   bool huge_live = false;
   bool huge_fresh = false;          // block memory untouched since the OS gave it (zero)
   std::uint64_t cached_since_ms = 0;
+  std::size_t dirty_bytes = 0;      // cached segment: touched page bytes not yet discarded
   void* huge_frames[2 * general_allocator::max_stack_frames];
   std::uint8_t huge_alloc_frames = 0;
   std::uint8_t huge_free_frames = 0;
@@ -275,6 +276,8 @@ struct general_allocator::impl {
   gpa::heap* abandoned = nullptr;
   gpa::segment* cached = nullptr;                 // empty 4 MiB segments
   std::size_t cached_count = 0;
+  std::atomic<std::size_t> dirty_cached{0};       // cached segments whose pages await discard
+  std::atomic<std::uint64_t> caches_checked_ms{0};  // last time a slow path looked at the caches
   gpa::segment* huge_cached = nullptr;            // freed large blocks kept for reuse
   std::atomic<std::size_t> huge_cached_count{0};
   std::size_t huge_cached_bytes = 0;

@@ -101,11 +101,17 @@ void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debu
   if (h->notified.load(std::memory_order_relaxed) != nullptr) drain_notified(h);
   if (h->purge_first[0] != nullptr || h->purge_first[1] != nullptr || h->purge_first[2] != nullptr ||
       h->purge_requested.load(std::memory_order_relaxed) ||
-      huge_cached_count.load(std::memory_order_relaxed) != 0) {
+      huge_cached_count.load(std::memory_order_relaxed) != 0 ||
+      dirty_cached.load(std::memory_order_relaxed) != 0) {
     const bool everything = h->purge_requested.exchange(false, std::memory_order_relaxed);
     const std::uint64_t now = now_ms();
     purge_heap(h, now, everything);
-    if (everything || huge_cached_count.load(std::memory_order_relaxed) != 0) purge_caches(now, everything);
+    // The caches are shared (and locked): look at them at most once per clock tick.
+    if (everything || ((huge_cached_count.load(std::memory_order_relaxed) != 0 ||
+                        dirty_cached.load(std::memory_order_relaxed) != 0) &&
+                       caches_checked_ms.exchange(now, std::memory_order_relaxed) != now)) {
+      purge_caches(now, everything);
+    }
   }
   page_queue& q = h->queues[debug ? 1 : 0][cls];
   const bool reuse = !(debug && self->options_.never_reuse_addresses);

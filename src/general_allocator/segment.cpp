@@ -77,6 +77,13 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
       --cached_count;
     }
   }
+  if (s != nullptr && s->dirty_bytes != 0) {
+    // Taken back before its purge: the memory is still there; its pages account for it again as
+    // they are carved.
+    dirty_cached.fetch_sub(1, std::memory_order_relaxed);
+    retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
+    resident_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
+  }
   if (s == nullptr) {
     auto reserved = os::reserve_aligned(segment_size, segment_size);
     if (!reserved) return nullptr;
@@ -127,21 +134,20 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
       retained += pg.touched_bytes;
     }
   }
-  h->retained_bytes -= retained;
-  retained_bytes.fetch_sub(retained, std::memory_order_relaxed);
+  h->retained_bytes -= retained;  // still retained, by the cache now
   if (s->in_free_list) free_list_remove(h, s);
   if (s->prev != nullptr) s->prev->next = s->next;
   else h->segments = s->next;
   if (s->next != nullptr) s->next->prev = s->prev;
   s->thread_id.store(0, std::memory_order_relaxed);
   s->owner.store(nullptr, std::memory_order_relaxed);
-  if (retained != 0) {
-    (void)os::discard(reinterpret_cast<char*>(s) + segment_header_bytes, segment_size - segment_header_bytes);
-    resident_bytes.fetch_sub(retained, std::memory_order_relaxed);
-  }
   // Cached, not unmapped: a segment header stays readable for the allocator's lifetime (until
-  // purge()), so statistics() and report_leaks() can walk heaps from another thread. Its pages
-  // were discarded above; only the header stays resident.
+  // purge()), so statistics() and report_leaks() can walk heaps from another thread. Its touched
+  // pages are discarded by purge_caches() once the purge delay has passed, not now: discarding
+  // costs a TLB shootdown on every core, and a busy program takes the segment back soon.
+  s->dirty_bytes = retained;
+  s->cached_since_ms = now_ms();
+  if (retained != 0) dirty_cached.fetch_add(1, std::memory_order_relaxed);
   lock_guard guard(lock);
   s->next = cached;
   cached = s;
@@ -195,7 +201,9 @@ page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug
 }
 
 void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everything) noexcept {
-  const std::uint64_t delay = self->options_.purge_delay_ms;
+  // A free page in a segment that still holds blocks is likely reused soon, and discarding costs a
+  // TLB shootdown on every core: wait ten purge delays (empty segments and large blocks wait one).
+  const std::uint64_t delay = std::uint64_t{10} * self->options_.purge_delay_ms;
   const std::size_t limit = self->options_.retained_limit;
   for (unsigned k = 0; k < page_kind_count; ++k) {
     while (page* pg = h->purge_first[k]) {
@@ -217,12 +225,14 @@ void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everyt
 
 void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) noexcept {
   const std::uint64_t delay = self->options_.purge_delay_ms;
+  const bool over_limit = retained_bytes.load(std::memory_order_relaxed) > self->options_.retained_limit;
   segment* to_release = nullptr;
+  segment* to_discard = nullptr;
   {
     lock_guard guard(lock);
     segment** link = &huge_cached;
     while (segment* s = *link) {
-      if (everything || now - s->cached_since_ms >= delay) {
+      if (everything || over_limit || now - s->cached_since_ms >= delay) {
         *link = s->next;
         --huge_cached_count;
         huge_cached_bytes -= s->reserved_bytes;
@@ -240,15 +250,51 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
         s->next = to_release;
         to_release = s;
       }
+    } else if (dirty_cached.load(std::memory_order_relaxed) != 0) {
+      // Due dirty segments leave the cache while they are discarded (outside the lock), so no
+      // thread can take one back meanwhile.
+      link = &cached;
+      while (segment* s = *link) {
+        if (s->dirty_bytes != 0 && (over_limit || now - s->cached_since_ms >= delay)) {
+          *link = s->next;
+          --cached_count;
+          s->next = to_discard;
+          to_discard = s;
+        } else {
+          link = &s->next;
+        }
+      }
     }
+  }
+  if (to_discard != nullptr) {
+    segment* last = to_discard;
+    std::size_t count = 0;
+    for (segment* s = to_discard; s != nullptr; s = s->next) {
+      ++count;
+      (void)os::discard(reinterpret_cast<char*>(s) + segment_header_bytes, segment_size - segment_header_bytes);
+      dirty_cached.fetch_sub(1, std::memory_order_relaxed);
+      retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
+      resident_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
+      s->dirty_bytes = 0;
+      last = s;
+    }
+    lock_guard guard(lock);
+    last->next = cached;
+    cached = to_discard;
+    cached_count += count;
   }
   while (segment* s = to_release) {
     to_release = s->next;
     const std::size_t bytes = s->reserved_bytes;
     const bool huge = s->kind == segment_kind::huge;
     mapped_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-    resident_bytes.fetch_sub(huge ? s->pages[0].touched_bytes : segment_header_touched(),
-                             std::memory_order_relaxed);
+    std::size_t resident = huge ? s->pages[0].touched_bytes : segment_header_touched();
+    if (!huge && s->dirty_bytes != 0) {
+      dirty_cached.fetch_sub(1, std::memory_order_relaxed);
+      retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
+      resident += s->dirty_bytes;
+    }
+    resident_bytes.fetch_sub(resident, std::memory_order_relaxed);
     segment_map_set(s, false);
     (void)os::release(s, bytes);
   }
