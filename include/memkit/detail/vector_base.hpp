@@ -81,6 +81,9 @@ class vector_counts {
   constexpr std::size_t size() const noexcept { return static_cast<std::size_t>(bits_ & low); }
   constexpr std::size_t capacity() const noexcept { return static_cast<std::size_t>(bits_ >> 32); }
   constexpr void set_size(std::size_t n) noexcept { bits_ = (bits_ & ~low) | static_cast<word>(n); }
+  // size() + 1, given size() < capacity() (no carry into the capacity half): one add, so a
+  // push_back loop's dependency chain stays one instruction long.
+  constexpr void increment_size() noexcept { ++bits_; }
   constexpr void set_capacity(std::size_t n) noexcept { bits_ = (bits_ & low) | (static_cast<word>(n) << 32); }
 
  private:
@@ -94,6 +97,7 @@ class vector_counts<T, false> {
   constexpr std::size_t size() const noexcept { return size_; }
   constexpr std::size_t capacity() const noexcept { return capacity_; }
   constexpr void set_size(std::size_t n) noexcept { size_ = n; }
+  constexpr void increment_size() noexcept { ++size_; }
   constexpr void set_capacity(std::size_t n) noexcept { capacity_ = n; }
 
  private:
@@ -433,7 +437,7 @@ class vector_base {
     if (counts_.size() < counts_.capacity()) {
       T value(std::forward<Args>(args)...);  // args may refer to elements that move
       ::new (static_cast<void*>(data_ + counts_.size())) T(std::move(data_[counts_.size() - 1]));
-      counts_.set_size(counts_.size() + 1);
+      counts_.increment_size();
       std::move_backward(data_ + index, data_ + counts_.size() - 2, data_ + counts_.size() - 1);
       data_[index] = std::move(value);
       return data_ + index;
@@ -478,13 +482,13 @@ class vector_base {
       }
       const size_type count = counts_.size();
       T* slot = ::new (static_cast<void*>(data_ + count)) T(value);
-      counts_.set_size(count + 1);
+      counts_.increment_size();
       return *slot;
     }
     const size_type count = counts_.size();
     if (MEMKIT_LIKELY(count < counts_.capacity())) {
       T* slot = ::new (static_cast<void*>(data_ + count)) T(std::forward<Args>(args)...);
-      counts_.set_size(count + 1);
+      counts_.increment_size();
       return *slot;
     }
     return *grow_and_emplace_back_or_throw(std::forward<Args>(args)...);
@@ -505,12 +509,12 @@ class vector_base {
       if (MEMKIT_UNLIKELY(counts_.size() >= counts_.capacity()) && !grow_for_one_more()) return nullptr;
       const size_type count = counts_.size();
       T* slot = ::new (static_cast<void*>(data_ + count)) T(value);
-      counts_.set_size(count + 1);
+      counts_.increment_size();
       return slot;
     }
     if (MEMKIT_LIKELY(counts_.size() < counts_.capacity())) {
       T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(std::forward<Args>(args)...);
-      counts_.set_size(counts_.size() + 1);
+      counts_.increment_size();
       return slot;
     }
     return grow_and_emplace_back(std::forward<Args>(args)...);
@@ -526,7 +530,7 @@ class vector_base {
   reference unchecked_emplace_back(Args&&... args) {
     MEMKIT_ASSERT(counts_.size() < counts_.capacity(), "vector: unchecked_emplace_back without reserved capacity");
     T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(std::forward<Args>(args)...);
-    counts_.set_size(counts_.size() + 1);
+    counts_.increment_size();
     return *slot;
   }
 
@@ -1070,7 +1074,7 @@ class vector_base {
       if (!(MayReallocate && relocatable()) && alloc().resize(data_, old_bytes, new_bytes, alignof(T))) {
         counts_.set_capacity(static_cast<stored_size>(new_capacity));
         construct(data_ + counts_.size());
-        counts_.set_size(counts_.size() + 1);
+        counts_.increment_size();
         return data_ + counts_.size() - 1;
       }
       if constexpr (MayReallocate && relocatable()) {
@@ -1079,7 +1083,7 @@ class vector_base {
         data_ = static_cast<T*>(moved);
         counts_.set_capacity(static_cast<stored_size>(new_capacity));
         construct(data_ + counts_.size());
-        counts_.set_size(counts_.size() + 1);
+        counts_.increment_size();
         return data_ + counts_.size() - 1;
       }
     }
@@ -1101,7 +1105,7 @@ class vector_base {
     }
     forget_or_destroy(data_, size());
     replace_buffer(fresh, fresh_capacity);
-    counts_.set_size(counts_.size() + 1);
+    counts_.increment_size();
     return slot;
   }
 
