@@ -2,12 +2,18 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+
+extern char** environ;
 
 namespace os = memkit::os;
 
@@ -61,6 +67,48 @@ TEST_F(os_test, decommitted_memory_gives_back_resident_pages) {
   // The kernel batches RSS counter updates per thread, so allow a little slack.
   EXPECT_GE(peak.value() + (1u << 20), touched.value());
   EXPECT_TRUE(os::release(reserved.value(), bytes).ok());
+}
+
+// Helper run in a child by the next test: prints this process's peak resident bytes.
+TEST(os_test_child, DISABLED_print_peak_resident_bytes) {
+  auto peak = os::peak_resident_bytes();
+  std::printf("peak=%zu\n", peak.ok() ? peak.value() : std::size_t{0});
+}
+
+TEST_F(os_test, peak_resident_bytes_of_a_spawned_child_is_its_own) {
+  // Linux keeps ru_maxrss across execve, so a child spawned by a big process would report the
+  // parent's size as its own peak. Make this process big, spawn this test binary running only the
+  // helper above, and check the child's figure is its own.
+  const std::size_t bytes = 256u << 20;
+  auto m = os::map(bytes);
+  ASSERT_TRUE(m.ok());
+  std::memset(m.value(), 1, bytes);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  char program[] = "/proc/self/exe";
+  char filter[] = "--gtest_filter=os_test_child.DISABLED_print_peak_resident_bytes";
+  char disabled[] = "--gtest_also_run_disabled_tests";
+  char* argv[] = {program, filter, disabled, nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, program, &actions, nullptr, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  std::string output;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) output.append(buffer, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(os::release(m.value(), bytes).ok());
+  const auto at = output.find("peak=");
+  ASSERT_NE(at, std::string::npos) << output;
+  const std::size_t child_peak = std::strtoull(output.c_str() + at + 5, nullptr, 10);
+  EXPECT_GT(child_peak, 0u);
+  EXPECT_LT(child_peak, bytes / 2) << "the child reported the parent's resident size as its peak";
 }
 
 TEST_F(os_test, reserved_but_uncommitted_memory_faults) {

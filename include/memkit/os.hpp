@@ -115,8 +115,9 @@ status prefault(void* address, std::size_t bytes) noexcept;
 // Resident set size of this process now, in bytes.
 result<std::size_t> current_resident_bytes() noexcept;
 
-// Highest resident set size this process has reached, in bytes (ru_maxrss is KiB on Linux and
-// bytes on macOS; this converts).
+// Highest resident set size this process has reached, in bytes. On Linux this is VmHWM, the
+// address space's own peak (ru_maxrss survives execve, so a spawned child would report its
+// parent's size); elsewhere ru_maxrss, converted (KiB on the BSDs, bytes on macOS).
 result<std::size_t> peak_resident_bytes() noexcept;
 
 // CPU time consumed by this process.

@@ -244,6 +244,22 @@ result<std::size_t> current_resident_bytes() noexcept {
 }
 
 result<std::size_t> peak_resident_bytes() noexcept {
+#if defined(__linux__)
+  // VmHWM is this address space's own high-water mark. ru_maxrss is not: Linux carries it across
+  // execve, so a process started by posix_spawn/fork+exec reports its parent's resident size as
+  // its own peak until it exceeds it (a benchmark child would measure the runner).
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f) != nullptr) {
+      found = std::sscanf(line, "VmHWM: %llu kB", &kib) == 1;
+    }
+    std::fclose(f);
+    if (found) return static_cast<std::size_t>(kib) * 1024;
+  }
+  // No /proc: fall back to getrusage.
+#endif
   rusage usage{};
   if (::getrusage(RUSAGE_SELF, &usage) != 0) return result<std::size_t>::failure(errno);
 #if defined(__APPLE__)
