@@ -420,6 +420,20 @@ TEST(malloc_dropin, malloc_stats_and_malloc_trim_speak_for_memkit) {
   EXPECT_TRUE(trimmed == 0 || trimmed == 1);
 }
 
+TEST(malloc_dropin, mallinfo2_reports_memkit_use) {
+  const std::size_t size = opaque(std::size_t{6} << 20);  // a large block: its own mapping
+  const struct mallinfo2 before = mallinfo2();
+  void* p = std::malloc(size);
+  ASSERT_NE(p, nullptr);
+  const struct mallinfo2 during = mallinfo2();
+  EXPECT_GE(during.uordblks, before.uordblks + size);
+  EXPECT_GE(during.hblkhd, size);
+  EXPECT_GE(during.hblks, 1u);
+  EXPECT_GE(during.arena, during.uordblks);
+  std::free(p);
+  EXPECT_LT(mallinfo2().uordblks, during.uordblks);
+}
+
 // ---- operator new / delete ---------------------------------------------------------------------
 
 struct alignas(256) over_aligned {
