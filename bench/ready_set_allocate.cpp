@@ -96,10 +96,22 @@ double calibrate_ticks() {
 }
 
 // The seed's CHighPerfTimer: resume() and pause() around each timed call, accumulating.
+// One call that takes longer than this (1 ms) was descheduled: on a shared machine the scheduler
+// or the hypervisor took the CPU away, and counting that time would measure the machine's load,
+// not the allocator. Such calls are left out of the sums, for every subject alike, and counted.
+// No allocator call measured here takes that long on its own (glibc's 32 MB mmap and its page
+// faults take tens of microseconds).
+std::uint64_t preempted_limit_ticks = ~std::uint64_t{0};
+std::uint64_t preempted_calls = 0;
+
 class call_timer {
  public:
   void resume() noexcept { start_ = ticks(); }
-  void pause() noexcept { total_ += ticks() - start_; }
+  void pause() noexcept {
+    const std::uint64_t elapsed = ticks() - start_;
+    if (MEMKIT_LIKELY(elapsed < preempted_limit_ticks)) total_ += elapsed;
+    else ++preempted_calls;
+  }
   std::uint64_t total() const noexcept { return total_; }
 
  private:
@@ -288,6 +300,7 @@ int child(const std::vector<std::string>& args) {
   const std::vector<long> counts = parse_counts(args[2]);
   child_output out;
   out.ns_per_tick = calibrate_ticks();
+  preempted_limit_ticks = static_cast<std::uint64_t>(1e6 / out.ns_per_tick);
   std::printf("ns_per_tick=%.6f\n", out.ns_per_tick);
   {
     // The cost of one resume/pause pair around nothing, for readers of the figures.
@@ -315,6 +328,7 @@ int child(const std::vector<std::string>& args) {
       status = run(subject);
     }
   }
+  std::printf("preempted_calls=%llu\n", static_cast<unsigned long long>(preempted_calls));
   std::fflush(stdout);
   return status;
 }
@@ -357,11 +371,17 @@ double median_of_key(const samples& s, const std::string& key) {
 void run(context& ctx) {
   const std::vector<long> all_counts{1, 10, 100, 1000, 10000};
   const std::vector<long> smoke_counts{1, 10};
-  const std::vector<long> quick_exhaustion{1, 10, 100, 1000};
+  // glibc returns the memory after each exhaustion and faults it back in (20 to 80 us per 4 KB on
+  // these virtual machines), so 100 repetitions take a minute; quick stops at 10, and at 1,000
+  // for the worst case. full runs every count up to 10,000.
+  const std::vector<long> quick_exhaustion{1, 10};
+  const std::vector<long> quick_worst{1, 10, 100, 1000};
   const std::vector<long> sizes_counts = ctx.pick(smoke_counts, all_counts, all_counts);
   const std::vector<long> exhaustion_counts = ctx.pick(smoke_counts, quick_exhaustion, all_counts);
-  const std::vector<long> worst_counts = ctx.pick(smoke_counts, all_counts, all_counts);
-  const int runs = ctx.pick(1, 3, 3);
+  const std::vector<long> worst_counts = ctx.pick(smoke_counts, quick_worst, all_counts);
+  // Child runs per test (median of each cell). full runs once: its long cells average the noise
+  // themselves, and glibc's exhaustion at 10,000 repetitions alone takes about half an hour.
+  const int runs = ctx.pick(1, 3, 1);
 
   // A 32 MiB region serves one 32 MiB allocation: checked here, not timed.
   {
@@ -399,6 +419,7 @@ void run(context& ctx) {
   std::map<std::string, std::map<std::string, samples>> results;
   std::map<std::string, std::string> extra;  // exact_fit etc., per label
   double timer_overhead = -1;
+  double preempted_total = 0;
   std::size_t step = 0;
   const std::size_t steps = static_cast<std::size_t>(runs) * jobs.size() * subjects.size();
   for (int r = 0; r < runs; ++r) {
@@ -422,6 +443,10 @@ void run(context& ctx) {
             extra[j.label + "." + key] = value;
             continue;
           }
+          if (key == "preempted_calls") {
+            preempted_total += std::strtod(value.c_str(), nullptr);
+            continue;
+          }
           if (key == "timer_overhead_ns") {
             double v = std::strtod(value.c_str(), nullptr);
             if (timer_overhead < 0 || v < timer_overhead) timer_overhead = v;
@@ -431,6 +456,13 @@ void run(context& ctx) {
         }
       }
     }
+  }
+  {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "%.0f timed calls took over 1 ms (descheduled by the machine, not the allocator) and were "
+                  "left out of the sums", preempted_total);
+    ctx.note(text);
   }
   if (timer_overhead >= 0) {
     char text[160];

@@ -204,7 +204,8 @@ class block_heap final : public allocator {
 
   // True when the heap has a region to allocate from.
   bool valid() const noexcept { return block_count_ != 0; }
-  // The system's error number when construction or the last commit failed, else 0.
+  // The system's error number when construction or the last commit failed, else 0 (read it
+  // from the thread that saw the failure, or while no other thread uses the heap).
   int os_error() const noexcept { return os_error_; }
 
   // Returns `size` bytes aligned to `alignment`, or null (then last_failure() says why). With
@@ -214,7 +215,8 @@ class block_heap final : public allocator {
   // Gives back a block from this heap without its size; null is a no-op. A pointer the heap did
   // not hand out (or one already freed) stops the program with a message.
   void deallocate(void* p) noexcept;
-  // Frees with size and alignment, as the allocator interface does; the size is checked.
+  // Frees with size and alignment, as the allocator interface does (the size is checked when
+  // contracts are on).
   using allocator::deallocate;
   // Bytes usable at `p` (the slot or run size; the requested size when guard bytes are on).
   std::size_t usable_size(const void* p) const noexcept;
@@ -299,6 +301,7 @@ class block_heap final : public allocator {
 
   // Runs of blocks.
   std::uint32_t find_run(std::uint32_t length) const noexcept;
+  std::uint32_t best_fit(std::uint32_t length, std::uint32_t* first) const noexcept;
   void push_free(std::uint32_t first, std::uint32_t length) noexcept;
   bool unlink_free(std::uint32_t first, std::uint32_t length) noexcept;
   void set_length(std::uint32_t length) noexcept;
@@ -348,6 +351,8 @@ class block_heap final : public allocator {
   std::uint64_t* bitmap_[max_levels]{};  // bitmap_[0]: bit per length; above: bit per word below
   std::size_t bitmap_words_[max_levels]{};
   int levels_ = 0;
+  std::uint32_t top_ = 0;                // first block of the free run ending the region (in no
+                                         // list), or the block count when the last block is used
   std::uint64_t* committed_ = nullptr;   // bit per commit step (on_demand)
   std::size_t commit_steps_ = 0;
   std::size_t committed_steps_ = 0;

@@ -188,6 +188,7 @@ bool block_heap::initialize(std::byte* base, std::size_t block_count) noexcept {
 
   base_ = base;
   block_count_ = block_count;
+  top_ = static_cast<std::uint32_t>(block_count);
   fast_ = !options_.thread_safe && !debug_;
   push_free(0, static_cast<std::uint32_t>(block_count));
   free_blocks_ = block_count;
@@ -251,6 +252,21 @@ inline std::uint32_t block_heap::find_run(std::uint32_t length) const noexcept {
   return 0;
 }
 
+// The best fit among the listed runs and the top run (the free run that ends the region, kept out
+// of the lists so that carving from it and merging into it touch no list): its length, with its
+// first block in *first; 0 when no free run is long enough. On a tie the listed run wins, keeping
+// the top whole for larger requests.
+inline std::uint32_t block_heap::best_fit(std::uint32_t length, std::uint32_t* first) const noexcept {
+  const std::uint32_t listed = bitmap_[levels_ - 1][0] != 0 ? find_run(length) : 0;
+  const auto top_length = static_cast<std::uint32_t>(block_count_ - top_);
+  if (top_length >= length && (listed == 0 || top_length < listed)) {
+    *first = top_;
+    return top_length;
+  }
+  if (listed != 0) *first = heads_[listed - 1];
+  return listed;
+}
+
 // Sets the bitmap bit of a run length whose list just became non-empty, and the bits above it
 // whose words were empty.
 inline void block_heap::set_length(std::uint32_t length) noexcept {
@@ -303,6 +319,10 @@ inline void block_heap::push_free(std::uint32_t first, std::uint32_t length) noe
     tail.length = length;
     tail.state = tag_free;
   }
+  if (first + length == block_count_) {  // the top run: tagged, but in no list
+    top_ = first;
+    return;
+  }
   const std::uint32_t old = heads[length - 1];
   head.prev = npos;
   head.next = old;
@@ -316,6 +336,10 @@ inline void block_heap::push_free(std::uint32_t first, std::uint32_t length) noe
 // remainder usually lands in the same 64 lengths) never empties and the levels above stay as
 // they are.
 inline bool block_heap::unlink_free(std::uint32_t first, std::uint32_t length) noexcept {
+  if (first == top_) {
+    top_ = static_cast<std::uint32_t>(block_count_);
+    return false;
+  }
   tag* const tags = tags_;
   const std::uint32_t next = tags[first].next;
   const std::uint32_t prev = tags[first].prev;
@@ -486,14 +510,14 @@ void* block_heap::allocate(std::size_t size, std::size_t alignment,
 // debugging aids. allocate_run() without the argument checks the caller made.
 void* block_heap::allocate_run_counted(std::size_t size) noexcept {
   const auto length = static_cast<std::uint32_t>((size + block_size_ - 1) >> block_shift_);
-  std::uint32_t found = find_run(length);
+  std::uint32_t first = 0;
+  const std::uint32_t found = best_fit(length, &first);
   if (MEMKIT_UNLIKELY(found == 0)) {
     // The general path gives kept sub-block pages back, retries, and records why it failed.
     void* p = allocate_run(size, 16);
     if (p != nullptr) ++total_allocations_;
     return p;
   }
-  const std::uint32_t first = heads_[found - 1];
   if (MEMKIT_UNLIKELY(!commit_blocks(first, length))) {
     fail(block_heap_failure::commit_failed);
     return nullptr;
@@ -591,13 +615,13 @@ void* block_heap::allocate_small(std::size_t class_index, std::size_t size) noex
   size_class& c = classes_[class_index];
   std::uint32_t block = c.partial_head;
   if (MEMKIT_UNLIKELY(block == npos)) {
-    std::uint32_t found = find_run(1);
-    if (found == 0 && release_cached_pages()) found = find_run(1);
+    std::uint32_t first = 0;
+    std::uint32_t found = best_fit(1, &first);
+    if (found == 0 && release_cached_pages()) found = best_fit(1, &first);
     if (found == 0) {
       fail(block_heap_failure::out_of_memory);
       return nullptr;
     }
-    const std::uint32_t first = heads_[found - 1];
     if (!commit_blocks(first, 1)) {
       fail(block_heap_failure::commit_failed);
       return nullptr;
@@ -652,14 +676,14 @@ inline void* block_heap::allocate_run(std::size_t size, std::size_t alignment) n
     fail(block_heap_failure::too_large);
     return nullptr;
   }
-  std::uint32_t found = find_run(length + extra);
-  if (MEMKIT_UNLIKELY(found == 0) && release_cached_pages()) found = find_run(length + extra);
+  std::uint32_t found_first = 0;
+  std::uint32_t found = best_fit(length + extra, &found_first);
+  if (MEMKIT_UNLIKELY(found == 0) && release_cached_pages()) found = best_fit(length + extra, &found_first);
   if (MEMKIT_UNLIKELY(found == 0)) {
     fail(free_blocks_ >= length ? block_heap_failure::fragmentation
                                 : block_heap_failure::out_of_memory);
     return nullptr;
   }
-  const std::uint32_t found_first = heads_[found - 1];
   std::uint32_t first = found_first;
   if (extra != 0) {
     auto address = reinterpret_cast<std::uintptr_t>(base_ + (std::size_t{found_first} << block_shift_));

@@ -269,7 +269,11 @@ std::string block_heap::validate_locked() const {
       if (previous_free) return at("two free runs touch (coalescing missed)", i);
       previous_free = true;
       free_blocks += length;
-      ++free_count[static_cast<std::uint32_t>(length)];
+      if (i + length == n) {
+        if (top_ != i) return at("the free run at the end of the region is not the top run", i);
+      } else {
+        ++free_count[static_cast<std::uint32_t>(length)];
+      }
     } else {
       previous_free = false;
       ++runs;
@@ -289,6 +293,8 @@ std::string block_heap::validate_locked() const {
     i += length;
   }
   if (free_blocks != free_blocks_) return "free block counter differs from the free runs";
+  if (top_ != n && (tags_[top_].state != tag_free || top_ + tags_[top_].length != n))
+    return at("the top run is not a free run ending the region", top_);
   if (small_live != live_small_) return "live sub-block counter differs from the pages";
   if (small_pages != small_pages_) return "sub-block page counter differs from the pages";
   if (runs - small_pages + small_live != total_allocations_ - total_frees_)

@@ -2,6 +2,7 @@
 // block_heap source files. Not installed.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -84,15 +85,17 @@ struct block_heap::lock {
   std::mutex* mutex_;
 };
 
-// The length of the longest free run, from the top of the run-length bitmap down.
+// The length of the longest free run: the top run, or the longest listed one (from the top of
+// the run-length bitmap down).
 inline std::uint32_t block_heap::largest_length() const noexcept {
   if (levels_ == 0) return 0;
+  const auto top_length = static_cast<std::uint32_t>(block_count_ - top_);
   std::uint64_t top = bitmap_[levels_ - 1][0];
-  if (top == 0) return 0;
+  if (top == 0) return top_length;
   std::size_t position = static_cast<std::size_t>(63 - std::countl_zero(top));
   for (int below = levels_ - 2; below >= 0; --below)
     position = (position << 6) | static_cast<std::size_t>(63 - std::countl_zero(bitmap_[below][position]));
-  return static_cast<std::uint32_t>(position + 1);
+  return std::max(static_cast<std::uint32_t>(position + 1), top_length);
 }
 
 namespace block_heap_detail {
