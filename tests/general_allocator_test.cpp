@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "memkit/os.hpp"
@@ -408,6 +409,67 @@ TEST_F(general_allocator_test, global_instance_is_usable_and_unique) {
   g.free(p);
   g.free(nullptr);
   EXPECT_EQ(g.usable_size(nullptr), 0u);
+}
+
+TEST_F(general_allocator_test, a_forked_child_allocates_while_another_thread_was_busy) {
+  general_allocator& g = general_allocator::global();
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop.load()) {
+      void* p = g.allocate(64);
+      void* q = g.allocate(std::size_t{1} << 20);  // takes the lock of the large-block cache
+      g.free(p);
+      g.free(q);
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    g.prepare_fork();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      g.after_fork_child();
+      for (std::size_t j = 0; j < 2000; ++j) {
+        void* p = g.allocate(j * 10 + 1);
+        if (p == nullptr) _exit(1);
+        g.free(p);
+      }
+      void* big = g.allocate(std::size_t{8} << 20);
+      if (big == nullptr) _exit(2);
+      g.free(big);
+      _exit(0);
+    }
+    g.after_fork_parent();
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  stop.store(true);
+  busy.join();
+}
+
+TEST_F(general_allocator_test, options_are_applied_and_clamped) {
+  general_allocator::options o;
+  o.stack_frames = 1000;
+  general_allocator a(o);
+  EXPECT_EQ(a.current_options().stack_frames, general_allocator::max_stack_frames);
+  o.purge_delay_ms = 0;
+  a.configure(o);
+  EXPECT_EQ(a.current_options().purge_delay_ms, 0u);
+  EXPECT_EQ(a.current_options().stack_frames, general_allocator::max_stack_frames);
+}
+
+TEST_F(general_allocator_test, purge_from_another_thread_reaches_every_heap) {
+  general_allocator::options o;
+  o.purge_delay_ms = 60000;
+  general_allocator a(o);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4000; ++i) blocks.push_back(a.allocate(2000));
+  for (std::size_t i = 0; i < blocks.size(); i += 2) a.free(blocks[i]);  // pages stay in use
+  std::thread([&] { a.purge(); }).join();  // asks this thread's heap to purge at its next refill
+  for (std::size_t i = 1; i < blocks.size(); i += 2) a.free(blocks[i]);
+  void* p = a.allocate(100);  // a refill: the requested purge runs
+  EXPECT_LT(a.statistics().retained_bytes, 1u << 20);
+  a.free(p);
 }
 
 TEST_F(general_allocator_test, works_with_std_containers) {
