@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cstdint>
