@@ -17,6 +17,14 @@
 namespace {
 
 using memkit::general_allocator;
+
+// A static object of "another library" that allocates from the global instance while static
+// constructors run: the global instance is constant-initialized, so the order does not matter.
+struct allocates_at_static_initialization {
+  void* block = general_allocator::global().allocate(48);
+  allocates_at_static_initialization() { std::memset(block, 0x42, 48); }
+  ~allocates_at_static_initialization() { general_allocator::global().free(block); }  // at exit
+} early_user;
 namespace os = memkit::os;
 
 bool aligned(const void* p, std::size_t alignment) {
@@ -398,6 +406,12 @@ TEST_F(general_allocator_test, a_heap_of_an_exited_thread_is_adopted) {
   }).join();
   EXPECT_EQ(a.statistics().heaps, 1u);
   a.free(survivor);  // freed from a third thread
+}
+
+TEST_F(general_allocator_test, global_instance_works_from_static_constructors) {
+  ASSERT_NE(early_user.block, nullptr);
+  EXPECT_TRUE(general_allocator::global().owns(early_user.block));
+  EXPECT_EQ(static_cast<unsigned char*>(early_user.block)[47], 0x42);
 }
 
 TEST_F(general_allocator_test, global_instance_is_usable_and_unique) {

@@ -140,6 +140,12 @@ class general_allocator final : public allocator {
                                       std::size_t alignment = default_alignment) noexcept;
   // Gives back a block from this allocator without its size (C free). Null is a no-op.
   void free(void* p) noexcept;
+  // allocator::deallocate without the virtual call: the size and alignment are not needed.
+  void deallocate(void* p, std::size_t size, std::size_t alignment = default_alignment) noexcept {
+    (void)size;
+    (void)alignment;
+    free(p);
+  }
   // Bytes usable in the block at `p` (at least the requested size); 0 for null. In debug mode,
   // exactly the requested size, so writing past it is caught by the canary.
   std::size_t usable_size(const void* p) const noexcept;
