@@ -366,7 +366,7 @@ class block_heap final : public allocator {
 
   // Counters.
   std::size_t free_blocks_ = 0;
-  std::size_t live_small_ = 0;
+  std::size_t live_runs_ = 0;  // live allocations served as runs (the rest are sub-block slots)
   std::size_t small_pages_ = 0;
   std::size_t total_allocations_ = 0;
   std::size_t total_frees_ = 0;

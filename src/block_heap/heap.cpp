@@ -527,6 +527,7 @@ void* block_heap::allocate_run_counted(std::size_t size) noexcept {
   std::byte* p = base_ + (std::size_t{first} << block_shift_);
   MEMKIT_UNPOISON(p, size);
   ++total_allocations_;
+  ++live_runs_;
   return p;
 }
 
@@ -659,7 +660,6 @@ inline void* block_heap::take_slot(size_class& c, std::uint32_t block) noexcept 
   ++page.used;
   if (c.empty_page == block) c.empty_page = npos;  // only an empty page is kept
   if (page.used == c.slots) unlink_partial(c, block);
-  ++live_small_;
   return slot;
 }
 
@@ -697,6 +697,7 @@ inline void* block_heap::allocate_run(std::size_t size, std::size_t alignment) n
   tags_[first].slack = static_cast<std::uint32_t>((std::size_t{length} << block_shift_) - size);
   std::byte* p = base_ + (std::size_t{first} << block_shift_);
   MEMKIT_UNPOISON(p, size);
+  ++live_runs_;
   return p;
 }
 
@@ -760,7 +761,6 @@ void block_heap::deallocate(void* pointer) noexcept {
           MEMKIT_POISON(p, c.slot_bytes);
           page.free_slot = slot;
           if (--page.used == 0) c.empty_page = block;
-          --live_small_;
           ++total_frees_;
           return;
         }
@@ -781,6 +781,7 @@ void block_heap::free_run_fast(std::uint32_t block) noexcept {
   const std::uint32_t length = tags_[block].length;
   MEMKIT_POISON(base_ + (std::size_t{block} << block_shift_), std::size_t{length} << block_shift_);
   release_run(block, length);
+  --live_runs_;
   ++total_frees_;
 }
 
@@ -850,6 +851,7 @@ void block_heap::free_locked(void* pointer, std::size_t checked_size) noexcept {
     if (MEMKIT_UNLIKELY(debug_)) debug_free(p, run_bytes, run_bytes - t.slack);
     MEMKIT_POISON(p, run_bytes);
     release_allocated_run(block);
+    --live_runs_;
   }
   (void)checked_size;
   ++total_frees_;
@@ -863,7 +865,6 @@ inline void block_heap::free_small(std::uint32_t block, std::byte* p, std::uint3
   MEMKIT_POISON(p, c.slot_bytes);
   page.free_slot = slot;
   if (page.used == c.slots) push_partial(c, block);
-  --live_small_;
   if (--page.used != 0) return;
   // An empty page: keep one per class for the next request (a run request that finds no room
   // takes it back), give the others back as runs.

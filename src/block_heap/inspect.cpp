@@ -137,7 +137,7 @@ block_heap_statistics block_heap::statistics() const noexcept {
     if (committed_[last / 64] >> (last % 64) & 1) s.committed_bytes -= commit_steps_ * step_bytes - s.region_bytes;
   }
   s.live_allocations = total_allocations_ - total_frees_;
-  s.live_small_allocations = live_small_;
+  s.live_small_allocations = s.live_allocations - live_runs_;
   s.total_allocations = total_allocations_;
   s.total_frees = total_frees_;
   s.failed_allocations = failed_allocations_;
@@ -295,7 +295,8 @@ std::string block_heap::validate_locked() const {
   if (free_blocks != free_blocks_) return "free block counter differs from the free runs";
   if (top_ != n && (tags_[top_].state != tag_free || top_ + tags_[top_].length != n))
     return at("the top run is not a free run ending the region", top_);
-  if (small_live != live_small_) return "live sub-block counter differs from the pages";
+  if (small_live + live_runs_ != total_allocations_ - total_frees_)
+    return "live sub-block count differs from the pages";
   if (small_pages != small_pages_) return "sub-block page counter differs from the pages";
   if (runs - small_pages + small_live != total_allocations_ - total_frees_)
     return "allocation and free counters differ from the live blocks";
