@@ -37,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <memory_resource>
 #include <new>
@@ -221,9 +222,15 @@ void* write_physical(const job& j, log_histogram* latency) {
   return memory;
 }
 
-// Where a measurement started.
+std::size_t current_rss() {
+  auto r = os::current_resident_bytes();
+  return r ? r.value() : 0;
+}
+
+// Where a measurement started. The baseline is the resident size now (not the peak so far), so
+// that growth = peak - baseline is what the build added.
 struct started {
-  std::size_t baseline_rss = peak_rss();
+  std::size_t baseline_rss = current_rss();
   double cpu = cpu_ns();
   clock::time_point time = clock::now();
 };
@@ -250,8 +257,25 @@ struct started {
   std::_Exit(checksum_ok ? 0 : 5);
 }
 
+// Runs the same code on a small array first, so that the code pages (file-backed, so resident
+// memory too) and the C library's first-use allocations are in the baseline, not in the growth.
+template <class T>
+void warm_up(const job& j) {
+  if (j.container == "dyn") {
+    dyn_array<T> a(4096, {.commit_step = j.step, .prefault_step = j.prefault_step, .huge_pages = false,
+                          .prefault = j.prefault});
+    for (std::size_t i = 0; i < 4096; ++i) a.push_back(make_element<T>(i));
+    do_not_optimize(a.data());
+  } else if (j.container == "vec" || j.container == "vecres") {
+    std::vector<T> v;
+    for (std::size_t i = 0; i < 4096; ++i) v.push_back(make_element<T>(i));
+    do_not_optimize(v.data());
+  }
+}
+
 template <class T>
 [[noreturn]] void build(const job& j, log_histogram* latency, double ns_per_tick) {
+  warm_up<T>(j);
   if (j.container == "dyn") {
     const started s;
     dyn_array<T> a(j.length, {.commit_step = j.step, .prefault_step = j.prefault_step, .huge_pages = j.huge,
@@ -727,6 +751,17 @@ void run_commit_step(context& ctx, runner& r, std::size_t n) {
 }
 
 // Experiment "arena-small": returns {arena/monotonic ratio fresh, warm}.
+// Runs every measurement once per round, `repetitions` rounds, and returns each one's median:
+// interleaving keeps a drift in the machine's load from favouring whichever subject ran first.
+std::vector<double> interleaved_medians(int repetitions, const std::vector<std::function<double()>>& measurements) {
+  std::vector<std::vector<double>> samples(measurements.size());
+  for (int r = 0; r < repetitions; ++r)
+    for (std::size_t i = 0; i < measurements.size(); ++i) samples[i].push_back(measurements[i]());
+  std::vector<double> medians;
+  for (auto& values : samples) medians.push_back(median(values));
+  return medians;
+}
+
 std::pair<double, double> run_arena_small(context& ctx) {
   // Fresh runs are dominated by page faults (the same for both), so they use fewer allocations.
   const std::size_t fresh_count = ctx.pick<std::size_t>(100'000, 1'000'000, 4'000'000);
@@ -734,65 +769,64 @@ std::pair<double, double> run_arena_small(context& ctx) {
   const int repetitions = ctx.pick(3, 7, 11);
   const auto sizes = small_sizes();
   std::size_t count = fresh_count;
-  std::size_t bytes = count * 64 + 64 * MiB;
   auto record = [&](const std::string& subject, const std::string& state, double ns) {
     ctx.record({"arena-small", subject, {{"allocations", power_of_ten(count)}, {"sizes", "16-64 B"}, {"memory", state}},
                 {{"per_allocation", ns, "ns"}, {"allocations_per_s", 1e9 / ns, "1/s"}}, {}});
   };
   // Fresh: each repetition is a new process, so neither side reuses memory an earlier repetition
   // faulted in (glibc keeps freed chunks for the next monotonic_buffer_resource otherwise).
-  auto fresh = [&](const std::string& subject) {
-    return median_of(repetitions, [&] {
+  auto fresh = [&](const std::string& subject) -> std::function<double()> {
+    return [&ctx, &count, subject] {
       child_result c = ctx.run_self({"small", subject, std::to_string(count)});
       return c.ok() ? c.number("cpu_per_allocation_ns") : 0.0;
-    });
+    };
   };
-  const double monotonic_fresh = fresh("monotonic");
-  const double arena_fresh = fresh("arena");
-  const double monotonic_virtual_fresh = fresh("monotonic-virtual");
-  const double arena_virtual_fresh = fresh("arena-virtual");
-  const double arena_noprefault_fresh = fresh("arena-noprefault");
+  const auto fresh_results = interleaved_medians(repetitions, {fresh("monotonic"), fresh("arena"), fresh("monotonic-virtual"),
+                                                               fresh("arena-virtual"), fresh("arena-noprefault")});
+  const double monotonic_fresh = fresh_results[0], arena_fresh = fresh_results[1];
   record("std::pmr::monotonic_buffer_resource", "fresh process (CPU time)", monotonic_fresh);
   record("virtual_arena", "fresh process (CPU time)", arena_fresh);
-  record("std::pmr::monotonic_buffer_resource (via memory_resource&)", "fresh process (CPU time)", monotonic_virtual_fresh);
-  record("virtual_arena (via allocator&)", "fresh process (CPU time)", arena_virtual_fresh);
-  record("virtual_arena without prefault", "fresh process (CPU time)", arena_noprefault_fresh);
+  record("std::pmr::monotonic_buffer_resource (via memory_resource&)", "fresh process (CPU time)", fresh_results[2]);
+  record("virtual_arena (via allocator&)", "fresh process (CPU time)", fresh_results[3]);
+  record("virtual_arena without prefault", "fresh process (CPU time)", fresh_results[4]);
 
   count = warm_count;
-  bytes = count * 64 + 64 * MiB;
+  const std::size_t bytes = count * 64 + 64 * MiB;
   // Warm: the memory is already resident (arena reset with everything retained; the monotonic
-  // resource over a pre-touched initial buffer), so only the allocation code is timed.
+  // resource over a pre-touched initial buffer). Both stream through hundreds of MiB, so this is
+  // close to memory-bandwidth bound on both sides.
   virtual_arena arena(bytes, {.retained_on_reset = SIZE_MAX});
   static_cast<void>(time_small(count, sizes, [&](std::size_t n) { return arena.allocate(n, 8); }));
-  const double arena_warm = median_of(repetitions, [&] {
-    arena.reset();
-    return time_small(count, sizes, [&](std::size_t n) { return arena.allocate(n, 8); });
-  });
-  const double arena_virtual_warm = median_of(repetitions, [&] {
-    arena.reset();
-    allocator* volatile hidden = &arena;
-    allocator& a = *hidden;
-    return time_small(count, sizes, [&](std::size_t n) { return a.allocate(n, 8); });
-  });
   std::vector<unsigned char> buffer(bytes, 1);
-  const double monotonic_warm = median_of(repetitions, [&] {
-    std::pmr::monotonic_buffer_resource resource(buffer.data(), buffer.size());
-    return time_small(count, sizes, [&](std::size_t n) { return resource.allocate(n, 8); });
+  const auto warm = interleaved_medians(repetitions, {
+      [&] {
+        std::pmr::monotonic_buffer_resource resource(buffer.data(), buffer.size());
+        return time_small(count, sizes, [&](std::size_t n) { return resource.allocate(n, 8); });
+      },
+      [&] {
+        arena.reset();
+        return time_small(count, sizes, [&](std::size_t n) { return arena.allocate(n, 8); });
+      },
+      [&] {
+        std::pmr::monotonic_buffer_resource resource(buffer.data(), buffer.size());
+        std::pmr::memory_resource* volatile hidden = &resource;
+        std::pmr::memory_resource& m = *hidden;
+        return time_small(count, sizes, [&](std::size_t n) { return m.allocate(n, 8); });
+      },
+      [&] {
+        arena.reset();
+        allocator* volatile hidden = &arena;  // a call through the interface, as a container would
+        allocator& a = *hidden;
+        return time_small(count, sizes, [&](std::size_t n) { return a.allocate(n, 8); });
+      },
   });
-  const double monotonic_virtual_warm = median_of(repetitions, [&] {
-    std::pmr::monotonic_buffer_resource resource(buffer.data(), buffer.size());
-    std::pmr::memory_resource* volatile hidden = &resource;
-    std::pmr::memory_resource& m = *hidden;
-    return time_small(count, sizes, [&](std::size_t n) { return m.allocate(n, 8); });
-  });
-  record("std::pmr::monotonic_buffer_resource", "warm", monotonic_warm);
-  record("virtual_arena", "warm", arena_warm);
-  record("std::pmr::monotonic_buffer_resource (via memory_resource&)", "warm", monotonic_virtual_warm);
-  record("virtual_arena (via allocator&)", "warm", arena_virtual_warm);
+  record("std::pmr::monotonic_buffer_resource", "warm", warm[0]);
+  record("virtual_arena", "warm", warm[1]);
+  record("std::pmr::monotonic_buffer_resource (via memory_resource&)", "warm", warm[2]);
+  record("virtual_arena (via allocator&)", "warm", warm[3]);
 
   // Hot: scratch use, rounds of 1,024 allocations (about 40 KiB, cache-resident) each followed by
-  // reset()/release(). The warm runs above stream through hundreds of MiB and are bound by memory
-  // bandwidth on both sides; this one times the allocation code (and the reset) itself.
+  // reset()/release(), so the allocation code (and the reset) itself is timed.
   constexpr std::size_t round = 1024;
   const auto hot = [&](auto&& allocate, auto&& reset) {
     const std::size_t mask = sizes.size() - 1;
@@ -806,25 +840,27 @@ std::pair<double, double> run_arena_small(context& ctx) {
     return nanoseconds(start, clock::now()) / static_cast<double>(count);
   };
   std::vector<unsigned char> small_buffer(round * 64 + 4096, 1);
-  const double arena_hot = median_of(repetitions, [&] {
-    arena.reset();
-    return hot([&](std::size_t n) { return arena.allocate(n, 8); }, [&] { arena.reset(); });
+  const auto hot_results = interleaved_medians(repetitions, {
+      [&] {
+        std::pmr::monotonic_buffer_resource resource(small_buffer.data(), small_buffer.size());
+        return hot([&](std::size_t n) { return resource.allocate(n, 8); }, [&] { resource.release(); });
+      },
+      [&] {
+        arena.reset();
+        return hot([&](std::size_t n) { return arena.allocate(n, 8); }, [&] { arena.reset(); });
+      },
   });
-  const double monotonic_hot = median_of(repetitions, [&] {
-    std::pmr::monotonic_buffer_resource resource(small_buffer.data(), small_buffer.size());
-    return hot([&](std::size_t n) { return resource.allocate(n, 8); }, [&] { resource.release(); });
-  });
-  record("std::pmr::monotonic_buffer_resource", "hot (rounds of 1024, then reset/release)", monotonic_hot);
-  record("virtual_arena", "hot (rounds of 1024, then reset/release)", arena_hot);
-  ctx.check({"virtual_arena vs monotonic_buffer_resource, 16-64 B allocations, hot scratch rounds",
-             monotonic_hot / arena_hot, ">=", 1.0, "x"});
+  record("std::pmr::monotonic_buffer_resource", "hot (rounds of 1024, then reset/release)", hot_results[0]);
+  record("virtual_arena", "hot (rounds of 1024, then reset/release)", hot_results[1]);
+
   ctx.check({"virtual_arena vs monotonic_buffer_resource, 16-64 B allocations, fresh memory", monotonic_fresh / arena_fresh,
              ">=", 1.0, "x"});
-  ctx.check({"virtual_arena vs monotonic_buffer_resource, 16-64 B allocations, warm memory", monotonic_warm / arena_warm,
-             ">=", 1.0, "x"});
-  ctx.check({"same through allocator& vs memory_resource& (virtual calls), warm memory",
-             monotonic_virtual_warm / arena_virtual_warm, ">=", 1.0, "x"});
-  return {monotonic_fresh / arena_fresh, monotonic_warm / arena_warm};
+  ctx.check({"virtual_arena vs monotonic_buffer_resource, 16-64 B allocations, hot scratch rounds",
+             hot_results[0] / hot_results[1], ">=", 1.0, "x"});
+  ctx.check({"virtual_arena vs monotonic_buffer_resource, 16-64 B allocations, warm (bandwidth-bound)",
+             warm[0] / warm[1], ">=", 1.0, "x"});
+  ctx.check({"same through allocator& vs memory_resource& (virtual calls), warm", warm[2] / warm[3], ">=", 1.0, "x"});
+  return {monotonic_fresh / arena_fresh, warm[0] / warm[1]};
 }
 
 // Experiment "arena-reset".
