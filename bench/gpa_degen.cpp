@@ -130,7 +130,7 @@ struct measurement {
 void run(context& ctx) {
   const std::size_t small_rounds = 5000;
   const std::size_t large_rounds = ctx.pick<std::size_t>(20000, 200000, 200000);
-  const int repetitions = ctx.pick(1, 5, 11);
+  const int repetitions = ctx.pick(1, 7, 11);
 
   const std::string memkit_library = MEMKIT_BENCH_MEMKIT_MALLOC;
   const bool have_dropin = !memkit_library.empty() && ::access(memkit_library.c_str(), R_OK) == 0;

@@ -376,7 +376,7 @@ double geometric_mean(const std::vector<double>& values) {
 
 void run(context& ctx) {
   const double scale = ctx.pick(0.02, 1.0, 4.0);
-  const int repetitions = ctx.pick(1, 3, 5);
+  const int repetitions = ctx.pick(1, 5, 7);
   const std::string memkit_library = MEMKIT_BENCH_MEMKIT_MALLOC;
   const bool have_dropin = !memkit_library.empty() && ::access(memkit_library.c_str(), R_OK) == 0;
 
