@@ -48,8 +48,9 @@ heap* general_allocator::impl::attach_heap() noexcept {
   // The key's destructor abandons the heap at thread exit. glibc's first 32 keys need no memory;
   // beyond them pthread_setspecific may allocate, which finds global_heap already set.
   if (key_created) (void)pthread_setspecific(key, h);
-  // Adopted pages may have been freed into meanwhile.
-  collect_heap(h, false);
+  // Pages that filled up and were freed into meanwhile. (Not a walk over every page: a thread
+  // that starts, adopts a large heap and exits must not cost O(pages).)
+  drain_notified(h);
   return h;
 }
 
@@ -80,7 +81,7 @@ void general_allocator::impl::collect_heap(heap* h, bool everything) noexcept {
 }
 
 void general_allocator::impl::abandon_heap(heap* h) noexcept {
-  collect_heap(h, true);
+  drain_notified(h);
   // Only what is due: the next thread to start usually adopts this heap and its warm pages.
   purge_heap(h, now_ms(), false);
   h->thread_id.store(0, std::memory_order_relaxed);

@@ -274,8 +274,10 @@ struct general_allocator::impl {
   gpa::spin_lock lock;                            // guards everything below
   std::atomic<gpa::heap*> heaps{nullptr};         // registry, never shrinks
   gpa::heap* abandoned = nullptr;
-  gpa::segment* cached = nullptr;                 // empty 4 MiB segments
+  gpa::segment* cached = nullptr;                 // empty 4 MiB segments, pages discarded
   std::size_t cached_count = 0;
+  gpa::segment* dirty_first = nullptr;            // empty segments awaiting discard, newest first
+  gpa::segment* dirty_last = nullptr;             // (oldest: the next to be due)
   std::atomic<std::size_t> dirty_cached{0};       // cached segments whose pages await discard
   std::atomic<std::uint64_t> caches_checked_ms{0};  // last time a slow path looked at the caches
   gpa::segment* huge_cached = nullptr;            // freed large blocks kept for reuse

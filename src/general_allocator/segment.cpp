@@ -71,7 +71,12 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
   segment* s = nullptr;
   {
     lock_guard guard(lock);
-    if (cached != nullptr) {
+    if (dirty_first != nullptr) {  // warm memory first
+      s = dirty_first;
+      dirty_first = s->next;
+      if (dirty_first != nullptr) dirty_first->prev = nullptr;
+      else dirty_last = nullptr;
+    } else if (cached != nullptr) {
       s = cached;
       cached = s->next;
       --cached_count;
@@ -147,11 +152,19 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   // costs a TLB shootdown on every core, and a busy program takes the segment back soon.
   s->dirty_bytes = retained;
   s->cached_since_ms = now_ms();
-  if (retained != 0) dirty_cached.fetch_add(1, std::memory_order_relaxed);
   lock_guard guard(lock);
-  s->next = cached;
-  cached = s;
-  ++cached_count;
+  if (retained != 0) {
+    dirty_cached.fetch_add(1, std::memory_order_relaxed);
+    s->prev = nullptr;
+    s->next = dirty_first;
+    if (dirty_first != nullptr) dirty_first->prev = s;
+    else dirty_last = s;
+    dirty_first = s;
+  } else {
+    s->next = cached;
+    cached = s;
+    ++cached_count;
+  }
 }
 
 page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug) noexcept {
@@ -250,19 +263,22 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
         s->next = to_release;
         to_release = s;
       }
-    } else if (dirty_cached.load(std::memory_order_relaxed) != 0) {
-      // Due dirty segments leave the cache while they are discarded (outside the lock), so no
-      // thread can take one back meanwhile.
-      link = &cached;
-      while (segment* s = *link) {
-        if (s->dirty_bytes != 0 && (over_limit || now - s->cached_since_ms >= delay)) {
-          *link = s->next;
-          --cached_count;
-          s->next = to_discard;
-          to_discard = s;
-        } else {
-          link = &s->next;
-        }
+      while (segment* s = dirty_first) {
+        dirty_first = s->next;
+        s->next = to_release;
+        to_release = s;
+      }
+      dirty_last = nullptr;
+    } else {
+      // Oldest first, only those due: O(due). They leave the cache while they are discarded
+      // (outside the lock), so no thread can take one back meanwhile.
+      while (segment* s = dirty_last) {
+        if (!over_limit && now - s->cached_since_ms < delay) break;
+        dirty_last = s->prev;
+        if (dirty_last != nullptr) dirty_last->next = nullptr;
+        else dirty_first = nullptr;
+        s->next = to_discard;
+        to_discard = s;
       }
     }
   }
