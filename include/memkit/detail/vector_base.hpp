@@ -69,9 +69,11 @@ using vector_stored_size =
 // with a word of an unrelated type they stay in registers (measured: about 30% faster loops).
 template <class T, bool Packed = std::is_same_v<vector_stored_size<T>, std::uint32_t>>
 class vector_counts {
-  using word = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, unsigned long> ||
-                                      std::is_same_v<std::remove_cv_t<T>, long>,
-                                  unsigned long long, unsigned long>;
+  // unsigned long long, which on LP64 systems is none of int64_t, uint64_t, size_t or ptrdiff_t
+  // (those are long / unsigned long), so element members of those types cannot alias it either.
+  using word = std::conditional_t<std::is_same_v<std::remove_cv_t<T>, unsigned long long> ||
+                                      std::is_same_v<std::remove_cv_t<T>, long long>,
+                                  unsigned long, unsigned long long>;
   static_assert(sizeof(word) == 8);
   static constexpr word low = 0xFFFF'FFFFu;
 
@@ -1004,11 +1006,13 @@ class vector_base {
     return slot;
   }
 
-  // True when emplace_back(args...) builds a small trivially copyable T from one argument of type
-  // T (a push_back of an int, say): it is then cheaper to copy the value up front.
+  // True when emplace_back(args...) builds a small trivially copyable T (an int, a 32-byte
+  // struct): building it up front and copying it in is then cheaper than the alternative, and the
+  // arguments cannot be affected by the growth that follows.
   template <class... Args>
   static constexpr bool is_small_copy() noexcept {
-    return is_single_value<Args...>() && std::is_trivially_copyable_v<T> && sizeof(T) <= 2 * sizeof(void*);
+    if constexpr (std::is_trivially_copyable_v<T> && sizeof(T) <= 64) return std::is_constructible_v<T, Args...>;
+    else return false;
   }
 
   // Makes room for one more element (T trivially copyable, hence relocatable): reallocate() when
