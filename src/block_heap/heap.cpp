@@ -651,7 +651,7 @@ inline void* block_heap::take_slot(size_class& c, std::uint32_t block) noexcept 
   std::byte* const page_base = base_ + (std::size_t{block} << block_shift_);
   std::byte* slot;
   if (page.free_slot != npos) {
-    slot = page_base + std::size_t{page.free_slot} * c.slot_bytes;
+    slot = page_base + page.free_slot;
     page.free_slot = read_link(slot);
   } else {
     slot = page_base + std::size_t{page.bump} * c.slot_bytes;
@@ -759,7 +759,7 @@ void block_heap::deallocate(void* pointer) noexcept {
           MEMKIT_UNPOISON(p, sizeof page.free_slot);
           std::memcpy(p, &page.free_slot, sizeof page.free_slot);
           MEMKIT_POISON(p, c.slot_bytes);
-          page.free_slot = slot;
+          page.free_slot = in_block;
           if (--page.used == 0) c.empty_page = block;
           ++total_frees_;
           return;
@@ -863,7 +863,7 @@ inline void block_heap::free_small(std::uint32_t block, std::byte* p, std::uint3
   MEMKIT_UNPOISON(p, sizeof page.free_slot);
   std::memcpy(p, &page.free_slot, sizeof page.free_slot);
   MEMKIT_POISON(p, c.slot_bytes);
-  page.free_slot = slot;
+  page.free_slot = slot * c.slot_bytes;
   if (page.used == c.slots) push_partial(c, block);
   if (--page.used != 0) return;
   // An empty page: keep one per class for the next request (a run request that finds no room

@@ -217,8 +217,10 @@ std::string block_heap::validate_locked() const {
       std::vector<bool> seen(c.slots, false);
       std::size_t free_slots = 0;
       const std::byte* page = base_ + (i << block_shift_);
-      for (std::uint32_t s = t.free_slot; s != npos; s = read_link(page + std::size_t{s} * c.slot_bytes)) {
-        if (s >= t.bump || seen[s]) return at("sub-block free-slot list is corrupt", i);
+      for (std::uint32_t offset = t.free_slot; offset != npos; offset = read_link(page + offset)) {
+        const std::uint32_t s = offset / c.slot_bytes;
+        if (offset % c.slot_bytes != 0 || s >= t.bump || seen[s])
+          return at("sub-block free-slot list is corrupt", i);
         seen[s] = true;
         if (++free_slots > c.slots) return at("sub-block free-slot list loops", i);
         if (options_.fill_patterns) {

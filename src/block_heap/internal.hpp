@@ -40,7 +40,9 @@ struct block_heap::tag {
   std::uint8_t state;        // block_heap_detail::state
   std::uint8_t size_class;   // tag_sub_block: index into classes_
   std::uint16_t reserved;
-  std::uint32_t free_slot;   // tag_sub_block: first free slot (npos when none)
+  std::uint32_t free_slot;   // tag_sub_block: byte offset of the first free slot (npos: none);
+                             // each free slot holds the offset of the next (an offset, not an
+                             // index, keeps a multiply off the allocation's chain of loads)
   std::uint32_t used;        // tag_sub_block: live slots
   std::uint32_t bump;        // tag_sub_block: slots handed out at least once (never-used slots follow)
   std::uint32_t slack;       // tag_run_head: run bytes minus the bytes requested
