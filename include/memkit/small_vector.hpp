@@ -15,8 +15,8 @@
 //
 // Size: sizeof(small_vector<T, N>) is 24 bytes + N * sizeof(T) on 64-bit systems for T of 4 bytes
 // or more (rounded up to the alignment of 8): the data pointer (8), the size and the capacity
-// (4 each, so at most 2^32 - 1 elements), and the allocator pointer (8), whose lowest bit marks
-// that inline storage follows. Boost's small_vector has the same 24 bytes of overhead with a
+// (32 bits each, packed in one word, so at most 2^32 - 1 elements), and the allocator pointer
+// (8), whose lowest bit marks that inline storage follows. Boost's small_vector has the same 24 bytes of overhead with a
 // stateless allocator; absl::InlinedVector has 16 but no room for a run-time allocator.
 //
 // Functions take any small_vector<T, N> (any N) or vector<T> as `memkit::vector_base<T>&`:

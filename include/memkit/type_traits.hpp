@@ -9,6 +9,8 @@
 // The trait is true for trivially copyable types, std::unique_ptr (with a relocatable deleter),
 // std::array and std::pair of relocatable types, and memkit::vector (specialized in vector.hpp).
 // It is false for memkit::small_vector, whose data pointer can point into the object itself.
+// (memkit::dyn_array only holds its reservation's address and could be marked true by its owner
+// in dyn_array.hpp.)
 // Specialize it for your own types when they hold no pointer to themselves and register their
 // address nowhere:
 //

@@ -3,11 +3,13 @@
 //
 // The allocator is a `memkit::allocator&` given at construction (default_allocator() otherwise)
 // and is not part of the type, so a vector<int> on an arena and one on the heap are the same type
-// and one function handles both (seed 004's PathEngine vector). Growth asks the allocator to
-// resize the buffer in place first; for trivially relocatable elements (see type_traits.hpp) it
-// then uses reallocate() (realloc, mremap), and only otherwise moves element by element. With
-// virtual_arena a vector grows without ever copying; with malloc_allocator large vectors grow
-// through mremap.
+// and one function handles both (seed 004's PathEngine vector). Growth never copies when the
+// allocator can avoid it: trivially relocatable elements (see type_traits.hpp) grow through
+// reallocate(), which extends the block in place when it can and otherwise moves the bytes
+// (realloc, mremap); other elements ask resize() to grow in place first and are moved one by one
+// only when that fails. With virtual_arena a vector grows without ever copying; with
+// malloc_allocator large vectors grow through mremap. The size the allocator reports
+// (allocate_at_least) becomes capacity.
 //
 // Pick it over std::vector when the allocator must be chosen at run time without changing the
 // type, when growth should happen in place (arena, realloc), when allocation failure must be a

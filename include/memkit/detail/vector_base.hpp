@@ -7,9 +7,10 @@
 // being a template on N (LLVM calls this SmallVectorImpl). Only constructors, and swap and move
 // with knowledge of N, live in the derived classes.
 //
-// Layout (64-bit, T of 4 bytes or more): data pointer (8) + size (4) + capacity (4) + allocator
-// pointer (8) = 24 bytes. Counts are 32-bit for elements of 4 bytes or more (at most 2^32 - 1
-// elements, 16 GiB of int) and 64-bit for smaller elements, so byte vectors may exceed 4 GiB.
+// Layout (64-bit, T of 4 bytes or more): data pointer (8) + size and capacity as two 32-bit
+// halves of one 64-bit word (8) + allocator pointer (8) = 24 bytes. Counts are 32-bit for
+// elements of 4 bytes or more (at most 2^32 - 1 elements, 16 GiB of int) and 64-bit for smaller
+// elements, so byte vectors may exceed 4 GiB (32 bytes then).
 // The allocator pointer's lowest bit records whether the object has inline storage (a
 // small_vector), which sits at a fixed offset right after these fields; while the elements live
 // on the heap, the first bytes of that unused inline storage remember its capacity, so code that
