@@ -157,40 +157,46 @@ void run(context& ctx) {
   std::vector<measurement> results(subjects.size());
   const std::size_t steps = subjects.size() * 2;
   std::size_t step = 0;
+  // Repetitions are interleaved (every subject once, then every subject again, ...) so that the
+  // load of a shared machine, which drifts over a run, weighs on all subjects alike.
   for (std::size_t rounds : {small_rounds, large_rounds}) {
-    for (std::size_t s = 0; s < subjects.size(); ++s) {
-      auto& who = subjects[s];
-      ctx.progress(who.name, step++, steps);
-      row r{"time per operation", who.name, {{"rounds", std::to_string(rounds)},
-            {"size", std::to_string(allocation_size)},
-            {"slots", std::to_string(os::page_size() / allocation_size)}}, {}, {}};
-      if (!who.available || (who.small_rounds_only && rounds != small_rounds)) {
-        r.note = who.available ? "not run in this profile (see --profile full)" : who.missing_note;
-        ctx.record(std::move(r));
-        continue;
-      }
-      std::vector<double> per_op, rss;
-      std::string failure;
-      for (int i = 0; i < repetitions; ++i) {
+    auto runs = [&](const subject& who) {
+      return who.available && !(who.small_rounds_only && rounds != small_rounds);
+    };
+    std::vector<std::vector<double>> per_op(subjects.size()), rss(subjects.size());
+    std::vector<std::string> failure(subjects.size());
+    for (int i = 0; i < repetitions; ++i) {
+      for (std::size_t s = 0; s < subjects.size(); ++s) {
+        auto& who = subjects[s];
+        if (!runs(who) || !failure[s].empty()) continue;
+        ctx.progress(who.name + " #" + std::to_string(i + 1), step, steps);
         auto out = ctx.run_self({"degen", std::to_string(rounds), who.mode}, who.environment);
         double ns = out.number("ns"), ops = out.number("ops");
         if (!out.ok() || ns < 0 || ops <= 0) {
-          failure = "child failed (exit " + std::to_string(out.exit_code) + ", signal " +
-                    std::to_string(out.signal) + ")";
-          break;
+          failure[s] = "child failed (exit " + std::to_string(out.exit_code) + ", signal " +
+                       std::to_string(out.signal) + ")";
+          continue;
         }
-        per_op.push_back(ns / ops);
-        rss.push_back(out.number("peak_rss", 0));
+        per_op[s].push_back(ns / ops);
+        rss[s].push_back(out.number("peak_rss", 0));
       }
-      if (!failure.empty()) {
-        r.note = failure;
-        ctx.record(std::move(r));
-        continue;
+    }
+    for (std::size_t s = 0; s < subjects.size(); ++s) {
+      auto& who = subjects[s];
+      ++step;
+      row r{"time per operation", who.name, {{"rounds", std::to_string(rounds)},
+            {"size", std::to_string(allocation_size)},
+            {"slots", std::to_string(os::page_size() / allocation_size)}}, {}, {}};
+      if (!runs(who)) {
+        r.note = who.available ? "not run in this profile (see --profile full)" : who.missing_note;
+      } else if (!failure[s].empty()) {
+        r.note = failure[s];
+      } else {
+        const double value = median(per_op[s]);
+        r.metrics = {{"time", value, "ns"}, {"peak_rss", median(rss[s]), "bytes"}};
+        (rounds == small_rounds ? results[s].small_rounds_ns : results[s].large_rounds_ns) = value;
       }
-      const double value = median(per_op);
-      r.metrics = {{"time", value, "ns"}, {"peak_rss", median(rss), "bytes"}};
       ctx.record(std::move(r));
-      (rounds == small_rounds ? results[s].small_rounds_ns : results[s].large_rounds_ns) = value;
     }
   }
 

@@ -393,32 +393,38 @@ void run(context& ctx) {
   std::vector<std::vector<double>> time(subjects.size(), std::vector<double>(workload_count, 0));
   std::vector<std::vector<double>> rss = time;
   std::size_t step = 0;
+  // Repetitions are interleaved (every subject once, then every subject again, ...) so that the
+  // load of a shared machine, which drifts over a run, weighs on all subjects alike.
   for (std::size_t w = 0; w < workload_count; ++w) {
+    std::vector<std::vector<double>> ns(subjects.size()), peak(subjects.size());
+    std::vector<std::string> failure(subjects.size());
+    for (int i = 0; i < repetitions; ++i) {
+      for (std::size_t s = 0; s < subjects.size(); ++s) {
+        auto& who = subjects[s];
+        if (!who.available || !failure[s].empty()) continue;
+        ctx.progress(std::string(workloads[w].name) + " / " + who.name, step++,
+                     workload_count * subjects.size() * static_cast<std::size_t>(repetitions));
+        auto out = ctx.run_self({workloads[w].name, who.mode, std::to_string(scale)}, who.environment);
+        if (!out.ok() || out.number("ns") <= 0) {
+          failure[s] = "child failed (exit " + std::to_string(out.exit_code) + ", signal " +
+                       std::to_string(out.signal) + ")";
+          continue;
+        }
+        ns[s].push_back(out.number("ns"));
+        peak[s].push_back(out.number("peak_rss", 0));
+      }
+    }
     for (std::size_t s = 0; s < subjects.size(); ++s) {
       auto& who = subjects[s];
-      ctx.progress(std::string(workloads[w].name) + " / " + who.name, step++,
-                   workload_count * subjects.size());
       row r{workloads[w].name, who.name, {{"workload", workloads[w].parameters},
             {"scale", format_number(scale)}}, {}, {}};
       if (!who.available) {
         r.note = who.missing_note;
-        ctx.record(std::move(r));
-        continue;
-      }
-      std::vector<double> ns, peak;
-      for (int i = 0; i < repetitions; ++i) {
-        auto out = ctx.run_self({workloads[w].name, who.mode, std::to_string(scale)}, who.environment);
-        if (!out.ok() || out.number("ns") <= 0) {
-          r.note = "child failed (exit " + std::to_string(out.exit_code) + ", signal " +
-                   std::to_string(out.signal) + ")";
-          break;
-        }
-        ns.push_back(out.number("ns"));
-        peak.push_back(out.number("peak_rss", 0));
-      }
-      if (r.note.empty()) {
-        time[s][w] = median(ns);
-        rss[s][w] = median(peak);
+      } else if (!failure[s].empty()) {
+        r.note = failure[s];
+      } else {
+        time[s][w] = median(ns[s]);
+        rss[s][w] = median(peak[s]);
         r.metrics = {{"time", time[s][w], "ns"}, {"peak_rss", rss[s][w], "bytes"}};
       }
       ctx.record(std::move(r));
