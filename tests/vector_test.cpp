@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <forward_list>
 #include <memory>
 #include <numeric>
@@ -629,6 +630,26 @@ TEST(vector_growth, push_back_of_an_own_element_survives_every_growth_path) {
     ints.resize(1000, ints[0]);
     for (int x : ints) EXPECT_EQ(x, 3);
   }
+}
+
+TEST(vector_growth, emplace_back_value_initializes_and_builds_from_arguments) {
+  memkit::vector<int> ints;
+  ints.emplace_back();
+  EXPECT_EQ(ints[0], 0);
+  struct point {
+    long x, y, z;
+    point() = default;
+    point(long a, long b, long c) : x(a), y(b), z(c) {}
+  };
+  memkit::small_vector<point, 2> points;
+  for (long i = 0; i < 10; ++i) points.emplace_back(i, i + 1, i + 2);
+  EXPECT_EQ(points[9].z, 11);
+  memkit::vector<std::array<int, 3>> arrays;
+  arrays.emplace_back();
+  arrays.push_back({1, 2, 3});
+  arrays.push_back(arrays[1]);  // an own element, through the copy-first path
+  EXPECT_EQ(arrays[2][2], 3);
+  EXPECT_EQ(arrays[0][0], 0);
 }
 
 // ---- unchecked operations and contracts ----------------------------------------------------------
