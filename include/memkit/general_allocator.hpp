@@ -55,8 +55,8 @@ class general_allocator final : public allocator {
     // In debug mode, never hand out a freed address again (memory is still given back to the OS
     // when a whole page has been freed; only the addresses stay retired).
     bool never_reuse_addresses = false;
-    // Empty segments and freed large blocks are returned to the OS once they have been empty for
-    // this long; free pages of segments that still hold blocks after ten times this long.
+    // Empty segments are returned to the OS once they have been empty for this long; free pages
+    // of segments that still hold blocks, and freed large blocks, after ten times this long.
     std::uint32_t purge_delay_ms = 10;
     // Empty memory kept beyond this many bytes is returned to the OS at once.
     std::size_t retained_limit = std::size_t{64} << 20;

@@ -130,7 +130,7 @@ void general_allocator::impl::huge_free(segment* s) noexcept {
     if (s->next != nullptr) s->next->prev = s->prev;
     s->huge_live = false;
     if (cache && huge_cached_count < max_cached_huge &&
-        huge_cached_bytes + s->reserved_bytes <= self->options_.retained_limit) {
+        huge_cached_bytes + s->reserved_bytes <= self->options_.retained_limit / 2) {
       s->cached_since_ms = now;
       s->next = huge_cached;
       huge_cached = s;

@@ -243,9 +243,11 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
   segment* to_discard = nullptr;
   {
     lock_guard guard(lock);
+    // Freed large blocks wait ten delays, like free pages: refaulting megabytes costs more than a
+    // segment's worth of pages, and the cache is bounded by retained_limit / 2.
     segment** link = &huge_cached;
     while (segment* s = *link) {
-      if (everything || over_limit || now - s->cached_since_ms >= delay) {
+      if (everything || over_limit || now - s->cached_since_ms >= 10 * delay) {
         *link = s->next;
         --huge_cached_count;
         huge_cached_bytes -= s->reserved_bytes;
