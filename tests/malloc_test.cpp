@@ -420,6 +420,16 @@ TEST(malloc_dropin, malloc_stats_and_malloc_trim_speak_for_memkit) {
   EXPECT_TRUE(trimmed == 0 || trimmed == 1);
 }
 
+TEST(malloc_dropin, malloc_trim_gives_retained_memory_back) {
+  void* p = std::malloc(opaque(std::size_t{8} << 20));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 1, std::size_t{8} << 20);
+  std::free(p);  // kept for reuse for a while...
+  const std::size_t held = mallinfo2().fordblks;
+  EXPECT_EQ(malloc_trim(0), held != 0 ? 1 : 0) << "1 exactly when memory was held";
+  EXPECT_LT(mallinfo2().fordblks, std::size_t{8} << 20) << "...until malloc_trim returns it";
+}
+
 TEST(malloc_dropin, mallinfo2_reports_memkit_use) {
   const std::size_t size = opaque(std::size_t{6} << 20);  // a large block: its own mapping
   const struct mallinfo2 before = mallinfo2();
