@@ -58,14 +58,11 @@
 #include "memkit/virtual_arena.hpp"
 
 #ifndef MEMKIT_RESERVE_COMMIT_STANDALONE
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "suite.hpp"
-extern char** environ;
 #endif
 
 namespace memkit::bench::reserve_commit {
@@ -484,44 +481,6 @@ std::string power_of_ten(std::size_t n) {
     ++exponent;
   }
   return x == 1 ? "1e" + std::to_string(exponent) : std::to_string(n);
-}
-
-// Runs `program` with `args`, collecting stdout (for the -O<n> executables; run_self covers the
-// runner's own binary).
-child_result run_program(const std::string& program, const std::vector<std::string>& args) {
-  child_result result;
-  int fds[2];
-  if (::pipe(fds) != 0) return result;
-  std::vector<char*> argv{const_cast<char*>(program.c_str())};
-  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  posix_spawn_file_actions_addclose(&actions, fds[1]);
-  pid_t pid = 0;
-  const int error = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (error != 0) {
-    ::close(fds[0]);
-    result.output = std::string("spawn failed: ") + std::strerror(error);
-    return result;
-  }
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
-    if (n > 0) result.output.append(buffer, static_cast<std::size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
-  return result;
 }
 
 // The medians of one subject's repeated child runs.

@@ -3,9 +3,6 @@
 // figures, and writes results.json and results.csv to an output folder.
 //
 //   memkit-bench [--profile smoke|quick|full] [--out DIR] [--list] [SUITE...]
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,66 +22,10 @@
 #include "measure.hpp"
 #include "suite.hpp"
 
-extern char** environ;
-
 namespace memkit::bench {
 namespace {
 
 std::string self_path;
-
-child_result spawn(const std::string& program, const std::vector<std::string>& args,
-                   const std::vector<std::string>& extra_env) {
-  child_result result;
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) {
-    result.output = std::string("pipe failed: ") + std::strerror(errno);
-    return result;
-  }
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry = *e;
-    bool overridden = std::any_of(extra_env.begin(), extra_env.end(), [&](const std::string& x) {
-      auto name = x.substr(0, x.find('=') + 1);
-      return entry.compare(0, name.size(), name) == 0;
-    });
-    if (!overridden) env_strings.push_back(std::move(entry));
-  }
-  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
-  std::vector<char*> argv{const_cast<char*>(program.c_str())};
-  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
-  posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
-  pid_t pid = 0;
-  int error = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(pipe_fds[1]);
-  if (error != 0) {
-    ::close(pipe_fds[0]);
-    result.output = std::string("spawn failed: ") + std::strerror(error);
-    return result;
-  }
-  char buffer[4096];
-  for (;;) {
-    ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer);
-    if (n > 0) result.output.append(buffer, static_cast<std::size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
-  }
-  ::close(pipe_fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
-  return result;
-}
 
 struct suite_results {
   std::string suite;
@@ -112,7 +53,7 @@ class runner_context final : public context {
                         const std::vector<std::string>& env) override {
     std::vector<std::string> full{"--child", results_.suite};
     full.insert(full.end(), args.begin(), args.end());
-    return spawn(self_path, full, env);
+    return run_program(self_path, full, env);
   }
   const std::string& output_directory() const noexcept override { return out_; }
 

@@ -96,6 +96,12 @@ struct suite {
   std::function<int(const std::vector<std::string>&)> child;
 };
 
+// Runs `program` with `args` (and `env` entries "NAME=value" added to this process's environment),
+// waits for it, and collects its stdout. stderr is inherited. For executables other than the
+// runner itself (e.g. a suite's code built at another optimization level); see context::run_self.
+child_result run_program(const std::string& program, const std::vector<std::string>& args,
+                         const std::vector<std::string>& env = {});
+
 // Adds a suite to the registry; returns a token so registration can happen at static
 // initialization.
 int register_suite(suite s);
