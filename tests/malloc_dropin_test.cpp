@@ -212,24 +212,32 @@ TEST(malloc_preload_debug, free_of_a_pointer_it_does_not_own_is_reported) {
   auto out = misuse_with("foreign-free", {"MEMKIT_DEBUG=1"});
   EXPECT_EQ(out.signal, SIGABRT) << out.output;
   EXPECT_FALSE(first_report_line(out.output).empty()) << out.output;
+  EXPECT_TRUE(contains(out.output, "memkit_malloc_misuse+")) << "the trace reaches the program\n"
+                                                               << out.output;
 }
 
 TEST(malloc_preload_debug, free_of_an_interior_pointer_is_reported) {
   auto out = misuse_with("interior-free", {"MEMKIT_DEBUG=1"});
   EXPECT_EQ(out.signal, SIGABRT) << out.output;
   EXPECT_TRUE(contains(first_report_line(out.output), "interior")) << out.output;
+  EXPECT_TRUE(contains(out.output, "memkit_malloc_misuse+")) << "the trace reaches the program\n"
+                                                               << out.output;
 }
 
 TEST(malloc_preload_debug, an_overwritten_canary_is_reported_on_free) {
   auto out = misuse_with("overflow", {"MEMKIT_DEBUG=1"});
   EXPECT_EQ(out.signal, SIGABRT) << out.output;
   EXPECT_FALSE(first_report_line(out.output).empty()) << out.output;
+  EXPECT_TRUE(contains(out.output, "memkit_malloc_misuse+")) << "the trace reaches the program\n"
+                                                               << out.output;
 }
 
 TEST(malloc_preload_debug, a_write_after_free_is_reported_on_reuse) {
   auto out = misuse_with("use-after-free", {"MEMKIT_DEBUG=1"});
   EXPECT_EQ(out.signal, SIGABRT) << out.output;
   EXPECT_FALSE(first_report_line(out.output).empty()) << out.output;
+  EXPECT_TRUE(contains(out.output, "memkit_malloc_misuse+")) << "the trace reaches the program\n"
+                                                               << out.output;
 }
 
 TEST(malloc_preload_debug, leaks_are_reported_at_exit_unless_silenced) {
