@@ -368,6 +368,24 @@ TEST_F(general_allocator_test, owns_recognises_its_blocks_only) {
   a.free(p);
 }
 
+TEST_F(general_allocator_test, a_destroyed_allocator_returns_everything_and_forgets_its_addresses) {
+  std::vector<void*> stale;
+  {
+    general_allocator::options o;
+    o.purge_delay_ms = 60000;  // empty segments stay cached (dirty) until the destructor
+    general_allocator a(o);
+    std::vector<void*> blocks;
+    for (int i = 0; i < 12000; ++i) blocks.push_back(a.allocate(1000));  // three segments
+    void* large = a.allocate(std::size_t{3} << 20);
+    a.free(large);  // cached large block
+    for (void* p : blocks) a.free(p);
+    stale = {blocks.front(), blocks.back(), large};
+  }
+  general_allocator b;
+  for (void* p : stale) EXPECT_FALSE(b.owns(p));  // must not read unmapped headers
+  EXPECT_FALSE(general_allocator::global().owns(stale[0]));
+}
+
 TEST_F(general_allocator_test, good_size_matches_usable_size) {
   general_allocator a;
   for (std::size_t size : {1u, 17u, 100u, 1000u, 70000u, 600000u, 5000000u}) {

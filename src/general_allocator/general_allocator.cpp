@@ -384,7 +384,7 @@ void general_allocator::impl::release_everything() noexcept {
     h = next;
   }
   heaps.store(nullptr, std::memory_order_relaxed);
-  for (segment* list : {cached, huge_cached, huge_live}) {
+  for (segment* list : {cached, dirty_first, huge_cached, huge_live}) {
     while (list != nullptr) {
       segment* next = list->next;
       segment_map_set(list, false);
@@ -392,7 +392,7 @@ void general_allocator::impl::release_everything() noexcept {
       list = next;
     }
   }
-  cached = huge_cached = huge_live = nullptr;
+  cached = dirty_first = dirty_last = huge_cached = huge_live = nullptr;
 }
 
 }  // namespace memkit
