@@ -138,7 +138,9 @@ class general_allocator final : public allocator {
   // Like allocate(), with every byte zero (calloc); skips the memset for fresh OS pages.
   [[nodiscard]] void* allocate_zeroed(std::size_t size,
                                       std::size_t alignment = default_alignment) noexcept;
-  // Gives back a block from this allocator without its size (C free). Null is a no-op.
+  // Gives back a block from this allocator without its size (C free). Null is a no-op. Outside
+  // debug mode `p` must be a live block of this allocator (as for C free); debug mode reports
+  // anything else instead of corrupting memory.
   void free(void* p) noexcept;
   // allocator::deallocate without the virtual call: the size and alignment are not needed.
   void deallocate(void* p, std::size_t size, std::size_t alignment = default_alignment) noexcept {
