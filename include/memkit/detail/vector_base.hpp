@@ -68,6 +68,11 @@ using vector_stored_size =
 // or unsigned int (and a long* any long or unsigned long), so with separate uint32_t fields the
 // compiler reloads size and capacity from memory after every element a push_back loop writes;
 // with a word of an unrelated type they stay in registers (measured: about 30% faster loops).
+// The word holds the size in its low half and the free room (capacity - size) in its high half,
+// so "is there room" is one compare of the whole word against 2^32 and appending adds one
+// constant: push_back's hot path never has to split the word into size and capacity.
+// Arithmetic on each half is modulo 2^32, so setting size and capacity one after the other
+// round-trips even when the pair is momentarily inconsistent.
 template <class T, bool Packed = std::is_same_v<vector_stored_size<T>, std::uint32_t>>
 class vector_counts {
   // unsigned long long, which on LP64 systems is none of int64_t, uint64_t, size_t or ptrdiff_t
@@ -77,17 +82,26 @@ class vector_counts {
                                   unsigned long, unsigned long long>;
   static_assert(sizeof(word) == 8);
   static constexpr word low = 0xFFFF'FFFFu;
+  static constexpr word one_room = word{1} << 32;
+
+  static constexpr word pack(std::size_t size, std::size_t capacity) noexcept {
+    const auto room = static_cast<std::uint32_t>(static_cast<std::uint32_t>(capacity) - static_cast<std::uint32_t>(size));
+    return static_cast<word>(static_cast<std::uint32_t>(size)) | (static_cast<word>(room) << 32);
+  }
 
  public:
-  constexpr vector_counts(std::size_t size, std::size_t capacity) noexcept
-      : bits_(static_cast<word>(size) | (static_cast<word>(capacity) << 32)) {}
+  constexpr vector_counts(std::size_t size, std::size_t capacity) noexcept : bits_(pack(size, capacity)) {}
   constexpr std::size_t size() const noexcept { return static_cast<std::size_t>(bits_ & low); }
-  constexpr std::size_t capacity() const noexcept { return static_cast<std::size_t>(bits_ >> 32); }
-  constexpr void set_size(std::size_t n) noexcept { bits_ = (bits_ & ~low) | static_cast<word>(n); }
-  // size() + 1, given size() < capacity() (no carry into the capacity half): one add, so a
+  constexpr std::size_t capacity() const noexcept {
+    return static_cast<std::uint32_t>(static_cast<std::uint32_t>(bits_) + static_cast<std::uint32_t>(bits_ >> 32));
+  }
+  // size() == capacity(): no room left (the free-room half is zero).
+  constexpr bool full() const noexcept { return bits_ < one_room; }
+  constexpr void set_size(std::size_t n) noexcept { bits_ = pack(n, capacity()); }
+  // size() + 1, given size() < capacity(): one add of a constant (size up, room down), so a
   // push_back loop's dependency chain stays one instruction long.
-  constexpr void increment_size() noexcept { ++bits_; }
-  constexpr void set_capacity(std::size_t n) noexcept { bits_ = (bits_ & low) | (static_cast<word>(n) << 32); }
+  constexpr void increment_size() noexcept { bits_ += 1 - one_room; }
+  constexpr void set_capacity(std::size_t n) noexcept { bits_ = pack(size(), n); }
 
  private:
   word bits_;
@@ -99,6 +113,7 @@ class vector_counts<T, false> {
   constexpr vector_counts(std::size_t size, std::size_t capacity) noexcept : size_(size), capacity_(capacity) {}
   constexpr std::size_t size() const noexcept { return size_; }
   constexpr std::size_t capacity() const noexcept { return capacity_; }
+  constexpr bool full() const noexcept { return size_ >= capacity_; }
   constexpr void set_size(std::size_t n) noexcept { size_ = n; }
   constexpr void increment_size() noexcept { ++size_; }
   constexpr void set_capacity(std::size_t n) noexcept { capacity_ = n; }
@@ -475,26 +490,44 @@ class vector_base {
   // Constructs an element from `args` at the end; returns it. Strong guarantee on growth.
   template <class... Args>
   reference emplace_back(Args&&... args) {
-    if constexpr (is_small_copy<Args...>()) {
-      // Copy first (the argument may be an element), make room out of line, then store: the slow
-      // path rejoins before the store, so a push_back loop keeps data, size and capacity in
-      // registers instead of reloading them from the object after every element.
+    if constexpr (is_small_copy<Args...>() && sizeof(T) <= sizeof(void*)) {
+      // A value that fits a register: copy it first (the argument may be an element), make room
+      // out of line, then store. The slow path rejoins before the store, which is what lets GCC
+      // keep data, size and capacity in registers across a push_back loop (with a separate
+      // return from the slow path it reloads both from the object on every iteration).
       const T value(std::forward<Args>(args)...);
-      if (MEMKIT_UNLIKELY(counts_.size() >= counts_.capacity())) {
-        if (!grow_for_one_more()) throw_growth_failure(size() + 1);
+      if (MEMKIT_UNLIKELY(counts_.full())) make_room_for_one_or_throw();
+      T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
+      counts_.increment_size();
+      return *slot;
+    }
+    if constexpr (is_small_copy<Args...>()) {
+      // A wider value: build it in place, not up front (holding it across the slow path costs a
+      // round trip through the stack on every element). The slow path builds a copy, grows and
+      // places it out of line, and both paths rejoin for the increment, which is what lets GCC
+      // keep data, size and capacity in registers across a push_back loop.
+      T* slot;
+      if (MEMKIT_LIKELY(!counts_.full())) {
+        slot = ::new (static_cast<void*>(data_ + counts_.size())) T(std::forward<Args>(args)...);
+      } else {
+        slot = grow_and_place_copy_or_throw(T(std::forward<Args>(args)...));
       }
-      const size_type count = counts_.size();
-      T* slot = ::new (static_cast<void*>(data_ + count)) T(value);
       counts_.increment_size();
       return *slot;
     }
-    const size_type count = counts_.size();
-    if (MEMKIT_LIKELY(count < counts_.capacity())) {
-      T* slot = ::new (static_cast<void*>(data_ + count)) T(std::forward<Args>(args)...);
+    // Otherwise the hot path is a compare, a construction in place and an add; everything else
+    // (growth, arguments that refer to elements about to move, throwing) is in one out-of-line call.
+    if (MEMKIT_LIKELY(!counts_.full())) {
+      T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(std::forward<Args>(args)...);
       counts_.increment_size();
       return *slot;
     }
-    return *grow_and_emplace_back_or_throw(std::forward<Args>(args)...);
+    if constexpr (is_small_copy<Args...>()) {
+      // A copy made before growing cannot dangle, so growth may move the buffer (reallocate()).
+      return *grow_and_append_copy_or_throw(T(std::forward<Args>(args)...));
+    } else {
+      return *grow_and_emplace_back_or_throw(std::forward<Args>(args)...);
+    }
   }
 
   // Appends a copy of `value`; returns false, leaving the container unchanged, when memory cannot
@@ -507,20 +540,16 @@ class vector_base {
   // cannot be obtained. Exceptions from T's constructor still propagate.
   template <class... Args>
   [[nodiscard]] T* try_emplace_back(Args&&... args) {
-    if constexpr (is_small_copy<Args...>()) {
-      const T value(std::forward<Args>(args)...);
-      if (MEMKIT_UNLIKELY(counts_.size() >= counts_.capacity()) && !grow_for_one_more()) return nullptr;
-      const size_type count = counts_.size();
-      T* slot = ::new (static_cast<void*>(data_ + count)) T(value);
-      counts_.increment_size();
-      return slot;
-    }
-    if (MEMKIT_LIKELY(counts_.size() < counts_.capacity())) {
+    if (MEMKIT_LIKELY(!counts_.full())) {
       T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(std::forward<Args>(args)...);
       counts_.increment_size();
       return slot;
     }
-    return grow_and_emplace_back(std::forward<Args>(args)...);
+    if constexpr (is_small_copy<Args...>()) {
+      return grow_and_append_copy(T(std::forward<Args>(args)...));
+    } else {
+      return grow_and_emplace_back(std::forward<Args>(args)...);
+    }
   }
 
   // Appends a copy of `value` into reserved capacity: size() < capacity() is a precondition
@@ -1003,6 +1032,31 @@ class vector_base {
   template <class... Args>
   MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_emplace_back_or_throw(Args&&... args) {
     T* slot = grow_and_emplace_back(std::forward<Args>(args)...);
+    if (slot == nullptr) throw_growth_failure(size() + 1);
+    return slot;
+  }
+
+  // Grows for one more element and constructs `value` (a copy, so growth may move the buffer)
+  // in the first free slot without counting it; throws on failure.
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_place_copy_or_throw(T value) {
+    if (!grow_for_one_more()) throw_growth_failure(size() + 1);
+    return ::new (static_cast<void*>(data_ + counts_.size())) T(value);
+  }
+  // grow_for_one_more() or throw, as one out-of-line call.
+  MEMKIT_DETAIL_VECTOR_NOINLINE void make_room_for_one_or_throw() {
+    if (!grow_for_one_more()) throw_growth_failure(size() + 1);
+  }
+  // The slow path of emplace_back for small trivially copyable T: `value` is already a copy, so
+  // growth may move the buffer through reallocate(). Null (nothing changed) on failure.
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy(T value) noexcept {
+    if (!grow_for_one_more()) return nullptr;
+    T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
+    counts_.increment_size();
+    return slot;
+  }
+  // The same, throwing on failure (one out-of-line call for emplace_back's caller).
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy_or_throw(T value) {
+    T* slot = grow_and_append_copy(value);
     if (slot == nullptr) throw_growth_failure(size() + 1);
     return slot;
   }
