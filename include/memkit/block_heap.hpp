@@ -2,8 +2,9 @@
 // and full inspection.
 //
 // The heap manages a region of fixed size (reserved through memkit::os, or a buffer you provide)
-// in blocks of a fixed size (4 KiB by default). Requests of more than half a block get a run of
-// whole blocks; smaller ones are served from size classes packed inside blocks. Run allocation is
+// in blocks of a fixed size (4 KiB by default). Requests up to 2 KiB (and at most half a block)
+// are served from size classes packed inside blocks; larger ones get a run of whole blocks, aligned
+// to the block size. Run allocation is
 // best fit and never misses a run that fits: free runs sit in one list per exact run length, and
 // a fixed-depth 64-way bitmap over those lengths finds the shortest run that is long enough in a
 // handful of bit scans, whatever the region's size or state (three levels cover every length up
