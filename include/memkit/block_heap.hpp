@@ -3,12 +3,11 @@
 //
 // The heap manages a region of fixed size (reserved through memkit::os, or a buffer you provide)
 // in blocks of a fixed size (4 KiB by default). Requests up to 2 KiB (and at most half a block)
-// are served from size classes packed inside blocks; larger ones get a run of whole blocks, aligned
-// to the block size. Run allocation is
-// best fit and never misses a run that fits: free runs sit in one list per exact run length, and
-// a fixed-depth 64-way bitmap over those lengths finds the shortest run that is long enough in a
-// handful of bit scans, whatever the region's size or state (three levels cover every length up
-// to 262,144 blocks: 1 GiB of 4 KiB blocks). The free run that ends the region (the top run) is
+// are served from size classes packed inside blocks; larger ones get a run of whole blocks,
+// aligned to the block size. Run allocation is best fit and never misses a run that fits: free
+// runs sit in one list per exact run length, and a fixed-depth 64-way bitmap over those lengths
+// finds the shortest run that is long enough in a handful of bit scans, whatever the region's
+// size or state (three levels cover every length up to 262,144 blocks: 1 GiB of 4 KiB blocks). The free run that ends the region (the top run) is
 // kept out of the lists and compared with the best listed run, so carving from it and merging into
 // it cost no list work. Freeing coalesces with both neighbours in O(1) through boundary tags. All
 // metadata lives outside the region, so a 32 MiB region can hand out one 32 MiB block.
