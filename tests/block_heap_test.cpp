@@ -104,6 +104,26 @@ TEST_F(block_heap_test, best_fit_picks_the_shortest_run_that_is_long_enough) {
   EXPECT_EQ(heap.largest_free_run(), heap.region_bytes());
 }
 
+// The free run that ends the region is kept out of the length lists; best fit must still weigh
+// it against the listed runs, both ways.
+TEST_F(block_heap_test, best_fit_weighs_the_run_at_the_end_like_any_other) {
+  block_heap heap(16 * 4 * KiB);
+  void* x = heap.allocate(6 * 4 * KiB);  // blocks 0..5
+  void* y = heap.allocate(4 * KiB);      // block 6
+  void* z = heap.allocate(6 * 4 * KiB);  // blocks 7..12; 13..15 stay free at the end
+  heap.deallocate(x);                    // a listed free run of 6
+  void* three = heap.allocate(3 * 4 * KiB);
+  EXPECT_EQ(block_index(heap, three), 13u);  // the end run is the exact fit
+  heap.deallocate(three);
+  void* four = heap.allocate(4 * 4 * KiB);
+  EXPECT_EQ(block_index(heap, four), 0u);  // the end run is too short now; the 6-run is next best
+  void* two = heap.allocate(2 * 4 * KiB);
+  EXPECT_EQ(block_index(heap, two), 4u);  // the 2 left of the 6-run beat the 3 at the end
+  EXPECT_TRUE(heap.validate()) << heap.validate().problem;
+  for (void* p : {four, two, y, z}) heap.deallocate(p);
+  EXPECT_EQ(heap.largest_free_run(), heap.region_bytes());
+}
+
 // The seed's worst case: 32 MB in 4 KB blocks, every other block free, the only longer free run
 // at the end. An 8 KB request must find it, and repeatedly.
 TEST_F(block_heap_test, seeds_worst_case_finds_the_one_run_that_fits) {
