@@ -86,7 +86,7 @@ namespace {
 [[gnu::noinline]] void* allocate_fallback(general_allocator::impl* im, std::size_t size,
                                           std::size_t alignment) noexcept {
   if (im == nullptr) return nullptr;
-  if (size - 1 < 1024 && alignment <= default_alignment && !im->self->current_options().debug &&
+  if (size - 1 < small_table_max && alignment <= default_alignment && !im->self->current_options().debug &&
       detail::is_power_of_two(alignment)) {
     heap* h = current_heap(im);
     if (h == nullptr) return nullptr;
@@ -108,9 +108,10 @@ namespace {
 }  // namespace
 
 void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexcept {
-  // Fast path: the global instance, a thread that has its heap, 1..1024 bytes at alignment 1, 2,
+  // Fast path: the global instance, a thread that has its heap, 1..8192 bytes at alignment 1, 2,
   // 4, 8 or 16 (the bits of 0x10116), release mode. Every other case takes the fallback.
-  if (MEMKIT_LIKELY(size - 1 < 1024 && alignment <= default_alignment && global_ && !options_.debug &&
+  if (MEMKIT_LIKELY(size - 1 < small_table_max && alignment <= default_alignment && global_ &&
+                    !options_.debug &&
                     ((0x10116u >> alignment) & 1u) != 0)) {
     heap* h = global_heap;
     if (MEMKIT_LIKELY(h != nullptr)) {

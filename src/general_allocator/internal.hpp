@@ -62,15 +62,16 @@ constexpr std::size_t class_block_size(std::size_t c) noexcept {
 
 // The class of a request of `size` bytes (1 <= size <= large_max) needing 16-byte alignment at
 // most (8 when `size` <= 8 and alignment <= 8).
-// Classes of sizes up to 1024, indexed by (size + 15) / 16 (size_classes.cpp).
+// Classes of sizes up to small_table_max, indexed by (size + 15) / 16 (size_classes.cpp).
+inline constexpr std::size_t small_table_max = 8192;
 struct class_table {
-  std::uint8_t entries[65];
+  std::uint8_t entries[small_table_max / 16 + 1];
   constexpr std::uint8_t operator[](std::size_t i) const noexcept { return entries[i]; }
 };
 extern const class_table small_class_table;
 
 inline std::size_t class_of(std::size_t size) noexcept {
-  if (size <= 1024) return small_class_table[(size + 15) >> 4];
+  if (size <= small_table_max) return small_class_table[(size + 15) >> 4];
   const std::size_t w = size - 1;
   const unsigned b = 63u - static_cast<unsigned>(__builtin_clzll(w));
   return 9 + (b - 7) * 4 + ((w >> (b - 2)) & 3);

@@ -120,6 +120,9 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
 
 void general_allocator::impl::huge_free(segment* s) noexcept {
   const std::size_t size = s->huge_size;
+  // Read before the block is published to the cache: from then on another thread may reuse or
+  // unmap it.
+  const std::size_t accounted = s->huge_offset + size;
   const std::uint64_t now = now_ms();
   const bool cache = self->options_.purge_delay_ms != 0;
   bool cached_it = false;
@@ -142,7 +145,7 @@ void general_allocator::impl::huge_free(segment* s) noexcept {
   }
   large_frees.fetch_add(1, std::memory_order_relaxed);
   large_live_bytes.fetch_sub(size, std::memory_order_relaxed);
-  note_in_use(-static_cast<std::ptrdiff_t>(s->huge_offset + size));
+  note_in_use(-static_cast<std::ptrdiff_t>(accounted));
   if (!cached_it) {
     const std::size_t bytes = s->reserved_bytes;
     mapped_bytes.fetch_sub(bytes, std::memory_order_relaxed);

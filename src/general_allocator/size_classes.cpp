@@ -3,7 +3,7 @@
 // Class 0 holds 8-byte blocks; classes 1..8 are multiples of 16 up to 128; above that there are
 // four classes per power of two, so the rounding waste is at most 25% (12.5% on average). Two
 // properties matter beyond the waste:
-//  - class_of() is a table lookup up to 1 KiB and a few bit operations above, with no loop, so the
+//  - class_of() is a table lookup up to 8 KiB and a few bit operations above, with no loop, so the
 //    fast path is O(1);
 //  - a request rounded up to a multiple of a power of two A (A <= 64 KiB) lands in a class whose
 //    block size is a multiple of A, so its blocks, laid out from a 64 KiB-aligned page start, are
@@ -24,7 +24,7 @@ constexpr std::uint8_t class_for(std::size_t size) noexcept {
 constexpr class_table make_small_class_table() noexcept {
   class_table t{};
   t.entries[0] = 1;  // size 0 is served as 1 byte by the callers; keep the entry valid anyway
-  for (std::size_t i = 1; i <= 64; ++i) t.entries[i] = class_for(i * 16);
+  for (std::size_t i = 1; i <= small_table_max / 16; ++i) t.entries[i] = class_for(i * 16);
   return t;
 }
 
