@@ -3,14 +3,9 @@
 // of freedom, pushing back 0..length-1, for inline capacities N = 8, 12, 16, 32. Subjects:
 // memkit::small_vector<T, N>, boost::container::small_vector<T, N>, absl::InlinedVector<T, N>,
 // std::vector<T> with reserve(N) and std::vector<T> without. Elements: int (the article's) and a
-// 32-byte struct. The time is per pass over the 100 lengths (median of repetitions; subjects are
-// interleaved within each repetition so machine noise hits all of them alike).
-// Align every loop of this file to 32 bytes. The measured loops are a handful of instructions;
-// where the linker happens to place them otherwise moved one subject or another by up to 40% from
-// build to build (same machine code, different alignment). Applies to all subjects alike.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("align-loops=64", "align-jumps=32")
-#endif
+// 32-byte struct. The time is per pass over the 100 lengths (median of repetitions, subjects
+// interleaved within each repetition so machine noise hits all of them alike, averaged over four
+// code placements of each loop so the linker's layout does not pick the winner).
 
 #include <time.h>
 
@@ -78,48 +73,69 @@ double thread_cpu_nanoseconds() noexcept {
   return static_cast<double>(now.tv_sec) * 1e9 + static_cast<double>(now.tv_nsec);
 }
 
-template <class Make>
-double nanoseconds_per_pass(int passes, Make&& make) {
+// Code placement. The measured loops are a handful of instructions per element and a few per
+// vector, and where the linker happens to put them (which 16-byte slot of a fetch block a loop or
+// a branch lands in) moved one subject or another by up to 40% from build to build, with the
+// same machine code. Instead of pinning one lucky layout, every subject is measured in
+// `placements` copies of its loop, each shifted by 16 more bytes (nops executed once per call,
+// before the clock starts), and its figure is the mean over placements of the per-placement
+// medians: the expected time over code layouts, which no relinking changes much.
+constexpr int placements = 4;
+
+template <int Placement, class Make>
+[[gnu::noinline, gnu::aligned(64)]] double nanoseconds_per_pass_at(int passes, Make& make) {
+  asm volatile(".skip %c0, 0x90" : : "i"(Placement * 16));
   const double start = thread_cpu_nanoseconds();
   for (int p = 0; p < passes; ++p) one_pass(make);
   return (thread_cpu_nanoseconds() - start) / passes;
 }
 
+template <class Make>
+double nanoseconds_per_pass(int placement, int passes, Make&& make) {
+  static_assert(placements == 4);
+  switch (placement) {
+    case 0: return nanoseconds_per_pass_at<0>(passes, make);
+    case 1: return nanoseconds_per_pass_at<1>(passes, make);
+    case 2: return nanoseconds_per_pass_at<2>(passes, make);
+    default: return nanoseconds_per_pass_at<3>(passes, make);
+  }
+}
+
 struct subject {
   std::string name;
   bool installed;
-  std::function<double(int passes)> measure;
+  std::function<double(int placement, int passes)> measure;
 };
 
 template <class Element, std::size_t N>
 std::vector<subject> subjects() {
   std::vector<subject> out;
-  out.push_back({"memkit::small_vector", true, [](int passes) {
-                   return nanoseconds_per_pass(passes, [] { return memkit::small_vector<Element, N>(); });
+  out.push_back({"memkit::small_vector", true, [](int placement, int passes) {
+                   return nanoseconds_per_pass(placement, passes, [] { return memkit::small_vector<Element, N>(); });
                  }});
 #if MEMKIT_BENCH_HAVE_BOOST
-  out.push_back({"boost::container::small_vector", true, [](int passes) {
-                   return nanoseconds_per_pass(passes, [] { return boost::container::small_vector<Element, N>(); });
+  out.push_back({"boost::container::small_vector", true, [](int placement, int passes) {
+                   return nanoseconds_per_pass(placement, passes, [] { return boost::container::small_vector<Element, N>(); });
                  }});
 #else
   out.push_back({"boost::container::small_vector", false, nullptr});
 #endif
 #if MEMKIT_BENCH_HAVE_ABSL
-  out.push_back({"absl::InlinedVector", true, [](int passes) {
-                   return nanoseconds_per_pass(passes, [] { return absl::InlinedVector<Element, N>(); });
+  out.push_back({"absl::InlinedVector", true, [](int placement, int passes) {
+                   return nanoseconds_per_pass(placement, passes, [] { return absl::InlinedVector<Element, N>(); });
                  }});
 #else
   out.push_back({"absl::InlinedVector", false, nullptr});
 #endif
-  out.push_back({"std::vector + reserve(N)", true, [](int passes) {
-                   return nanoseconds_per_pass(passes, [] {
+  out.push_back({"std::vector + reserve(N)", true, [](int placement, int passes) {
+                   return nanoseconds_per_pass(placement, passes, [] {
                      std::vector<Element> v;
                      v.reserve(N);
                      return v;
                    });
                  }});
-  out.push_back({"std::vector", true, [](int passes) {
-                   return nanoseconds_per_pass(passes, [] { return std::vector<Element>(); });
+  out.push_back({"std::vector", true, [](int placement, int passes) {
+                   return nanoseconds_per_pass(placement, passes, [] { return std::vector<Element>(); });
                  }});
   return out;
 }
@@ -127,16 +143,18 @@ std::vector<subject> subjects() {
 template <class Element, std::size_t N>
 void run_one(context& ctx, std::size_t& done, std::size_t total) {
   // Many short repetitions, subjects interleaved: on a shared machine, load changes over
-  // milliseconds, and short interleaved samples let every subject see the same load.
+  // milliseconds, and short interleaved samples let every subject see the same load. Repetition r
+  // measures every subject in placement r % placements.
   const int passes = ctx.pick(50, 300, 1000);
-  const int repetitions = ctx.pick(5, 151, 401);
+  const int repetitions = placements * ctx.pick(2, 40, 100);
   auto list = subjects<Element, N>();
-  std::vector<std::vector<double>> samples(list.size());
+  std::vector<std::vector<std::vector<double>>> samples(list.size(), std::vector<std::vector<double>>(placements));
   for (int r = 0; r < repetitions; ++r) {
+    const int placement = r % placements;
     // Rotate the order too, so no subject always runs right after the same other one.
     for (std::size_t k = 0; k < list.size(); ++k) {
-      const std::size_t s = (k + static_cast<std::size_t>(r)) % list.size();
-      if (list[s].installed) samples[s].push_back(list[s].measure(passes));
+      const std::size_t s = (k + static_cast<std::size_t>(r / placements)) % list.size();
+      if (list[s].installed) samples[s][static_cast<std::size_t>(placement)].push_back(list[s].measure(placement, passes));
     }
   }
   ctx.progress("small-vector", ++done, total);
@@ -146,7 +164,8 @@ void run_one(context& ctx, std::size_t& done, std::size_t total) {
     if (!list[s].installed) {
       out.note = "not installed";
     } else {
-      medians[s] = median(samples[s]);
+      // The mean over code placements of each placement's median (see `placements`).
+      for (const auto& at : samples[s]) medians[s] += median(at) / placements;
       std::size_t pushes = 0;
       for (int length : workload()) pushes += static_cast<std::size_t>(length);
       out.metrics = {{"time_per_pass", medians[s], "ns"},
@@ -177,8 +196,9 @@ void run(context& ctx) {
   std::string lengths;
   for (int length : workload()) lengths += std::to_string(length) + " ";
   ctx.note("workload: 100 lengths from chi-squared(8), seed 20210710: " + lengths);
-  ctx.note("time_per_pass: thread CPU time to build and drop one vector per length (all 100), median of many "
-           "short interleaved repetitions; lower is better");
+  ctx.note("time_per_pass: thread CPU time to build and drop one vector per length (all 100): for each of 4 "
+           "code placements of the loop (shifted by 16 bytes each) the median of many short interleaved "
+           "repetitions, then the mean over placements; lower is better");
 #if !MEMKIT_BENCH_HAVE_BOOST
   ctx.note("boost::container::small_vector: not installed (install libboost-dev)");
 #endif
