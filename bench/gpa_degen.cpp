@@ -16,20 +16,10 @@
 #include <vector>
 
 #include "measure.hpp"
+#include "memkit/general_allocator.hpp"
 #include "memkit/os.hpp"
 #include "peers.hpp"
 #include "suite.hpp"
-
-#if __has_include("memkit/general_allocator.hpp")
-#include "memkit/general_allocator.hpp"
-#define MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR 1
-#else
-#define MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR 0
-#endif
-
-#ifndef MEMKIT_BENCH_MEMKIT_MALLOC
-#define MEMKIT_BENCH_MEMKIT_MALLOC ""
-#endif
 
 namespace memkit::bench {
 namespace {
@@ -42,14 +32,12 @@ struct c_heap {
   static void release(void* p, std::size_t) noexcept { std::free(p); }
 };
 
-#if MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR
 // Through memkit's C++ API: the sized deallocate of the allocator interface.
 struct memkit_heap {
   static general_allocator& heap() noexcept { return general_allocator::global(); }
   static void* allocate(std::size_t n) noexcept { return heap().allocate(n); }
   static void release(void* p, std::size_t n) noexcept { heap().deallocate(p, n); }
 };
-#endif
 
 // The seed's program. Returns the nanoseconds it took, or a negative number when an allocation
 // failed.
@@ -96,10 +84,8 @@ int child(const std::vector<std::string>& args) {
   double ns = -1;
   if (args[2] == "malloc") {
     ns = run_degen<c_heap>(rounds);
-#if MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR
   } else if (args[2] == "memkit") {
     ns = run_degen<memkit_heap>(rounds);
-#endif
   } else {
     std::fprintf(stderr, "gpa-degen child: unknown mode '%s'\n", args[2].c_str());
     return 2;
@@ -132,17 +118,17 @@ void run(context& ctx) {
   const std::size_t large_rounds = ctx.pick<std::size_t>(20000, 200000, 200000);
   const int repetitions = ctx.pick(1, 7, 11);
 
-  const std::string memkit_library = MEMKIT_BENCH_MEMKIT_MALLOC;
-  const bool have_dropin = !memkit_library.empty() && ::access(memkit_library.c_str(), R_OK) == 0;
+  const malloc_peer dropin_peer = memkit_malloc();
+  const std::string& memkit_library = dropin_peer.preload_path;
+  const bool have_dropin = dropin_peer.installed;
   const std::string preload = "LD_PRELOAD=" + memkit_library;
   const std::string dropin_missing = "libmemkit_malloc.so not built";
 
   std::vector<subject> subjects;
   for (auto& peer : malloc_peers())
     subjects.push_back({peer.name, "malloc", peer.environment(), peer.installed, "not installed"});
-  subjects.push_back({"memkit (LD_PRELOAD)", "malloc", {preload}, have_dropin, dropin_missing});
-  subjects.push_back({"memkit (C++ API)", "memkit", {}, MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR != 0,
-                      "general_allocator not built"});
+  subjects.push_back({dropin_peer.name, "malloc", {preload}, have_dropin, dropin_missing});
+  subjects.push_back({"memkit (C++ API)", "memkit", {}, true, ""});
   // Debug mode through the drop-in, as `memkit-run --debug` runs a program. No leak report: the
   // child's own leftovers (stdio buffers) are not what is measured.
   subjects.push_back({"memkit debug, capture off", "malloc",

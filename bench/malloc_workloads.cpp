@@ -30,20 +30,10 @@
 #include <vector>
 
 #include "measure.hpp"
+#include "memkit/general_allocator.hpp"
 #include "memkit/os.hpp"
 #include "peers.hpp"
 #include "suite.hpp"
-
-#if __has_include("memkit/general_allocator.hpp")
-#include "memkit/general_allocator.hpp"
-#define MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR 1
-#else
-#define MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR 0
-#endif
-
-#ifndef MEMKIT_BENCH_MEMKIT_MALLOC
-#define MEMKIT_BENCH_MEMKIT_MALLOC ""
-#endif
 
 namespace memkit::bench {
 namespace {
@@ -57,7 +47,6 @@ struct c_heap {
   static void* grow(void* p, std::size_t, std::size_t n) noexcept { return std::realloc(p, n); }
 };
 
-#if MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR
 // memkit's C++ API: sized deallocate and reallocate of the allocator interface.
 struct memkit_heap {
   static general_allocator& heap() noexcept { return general_allocator::global(); }
@@ -67,7 +56,6 @@ struct memkit_heap {
     return heap().reallocate(p, old_size, old_size, n);
   }
 };
-#endif
 
 // splitmix64: fast, good enough, the same sequence for every allocator.
 struct random_source {
@@ -321,13 +309,8 @@ struct workload {
   void (*with_memkit)(double);
 };
 
-#if MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR
 #define MEMKIT_WORKLOAD(name, parameters, function) \
   workload { name, parameters, function<c_heap>, function<memkit_heap> }
-#else
-#define MEMKIT_WORKLOAD(name, parameters, function) \
-  workload { name, parameters, function<c_heap>, nullptr }
-#endif
 
 const workload workloads[] = {
     MEMKIT_WORKLOAD("larson", "4 threads x 4 epochs, 4000 slots each, 16..512 B", larson),
@@ -377,16 +360,14 @@ double geometric_mean(const std::vector<double>& values) {
 void run(context& ctx) {
   const double scale = ctx.pick(0.02, 1.0, 4.0);
   const int repetitions = ctx.pick(1, 5, 7);
-  const std::string memkit_library = MEMKIT_BENCH_MEMKIT_MALLOC;
-  const bool have_dropin = !memkit_library.empty() && ::access(memkit_library.c_str(), R_OK) == 0;
+  const malloc_peer dropin_peer = memkit_malloc();
 
   std::vector<subject> subjects;
   for (auto& peer : malloc_peers())
     subjects.push_back({peer.name, "malloc", peer.environment(), peer.installed, "not installed"});
-  subjects.push_back({"memkit (LD_PRELOAD)", "malloc", {"LD_PRELOAD=" + memkit_library}, have_dropin,
+  subjects.push_back({dropin_peer.name, "malloc", dropin_peer.environment(), dropin_peer.installed,
                       "libmemkit_malloc.so not built"});
-  subjects.push_back({"memkit (C++ API)", "memkit", {}, MEMKIT_BENCH_HAVE_GENERAL_ALLOCATOR != 0,
-                      "general_allocator not built"});
+  subjects.push_back({"memkit (C++ API)", "memkit", {}, true, ""});
 
   // time[subject][workload], rss[subject][workload]; 0 when missing or failed.
   const std::size_t workload_count = std::size(workloads);

@@ -24,4 +24,7 @@ struct malloc_peer {
 // glibc first, then jemalloc, mimalloc and tcmalloc, each with whether it is installed.
 std::vector<malloc_peer> malloc_peers();
 
+// memkit's own drop-in (libmemkit_malloc.so from this build), measured the same way as the peers.
+malloc_peer memkit_malloc();
+
 }  // namespace memkit::bench

@@ -152,11 +152,15 @@ child_result run_program(const std::string& program, const std::vector<std::stri
   return result;
 }
 
+namespace {
+malloc_peer peer(const char* name, const char* path) {
+  return malloc_peer{name, path, path[0] != '\0' && ::access(path, R_OK) == 0};
+}
+}  // namespace
+
+malloc_peer memkit_malloc() { return peer("memkit (LD_PRELOAD)", MEMKIT_BENCH_MEMKIT_MALLOC); }
+
 std::vector<malloc_peer> malloc_peers() {
-  auto peer = [](const char* name, const char* path) {
-    malloc_peer p{name, path, path[0] != '\0' && ::access(path, R_OK) == 0};
-    return p;
-  };
   return {
       malloc_peer{"glibc", "", true},
       peer("jemalloc", MEMKIT_BENCH_JEMALLOC),
