@@ -681,7 +681,10 @@ class vector_base {
   // Destroys the elements and gives back the heap buffer, if any.
   ~vector_base() {
     destroy_range(data_, data_ + counts_.size());
-    if (!is_inline() && data_ != nullptr) deallocate_block(data_, counts_.capacity());
+    // Inline first, data pointer before flag: a small_vector that stayed inline leaves after one
+    // compare with the address of its own storage.
+    if (data_ == inline_buffer() && has_inline_storage()) return;
+    if (data_ != nullptr) deallocate_block(data_, counts_.capacity());
   }
 
   vector_base(const vector_base&) = delete;
@@ -1038,7 +1041,7 @@ class vector_base {
 
   // Grows for one more element and constructs `value` (a copy, so growth may move the buffer)
   // in the first free slot without counting it; throws on failure.
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_place_copy_or_throw(T value) {
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_place_copy_or_throw(const T& value) {
     if (!grow_for_one_more()) throw_growth_failure(size() + 1);
     return ::new (static_cast<void*>(data_ + counts_.size())) T(value);
   }
@@ -1046,16 +1049,16 @@ class vector_base {
   MEMKIT_DETAIL_VECTOR_NOINLINE void make_room_for_one_or_throw() {
     if (!grow_for_one_more()) throw_growth_failure(size() + 1);
   }
-  // The slow path of emplace_back for small trivially copyable T: `value` is already a copy, so
+  // The slow path of emplace_back for small trivially copyable T: `value` is a copy (a temporary), so
   // growth may move the buffer through reallocate(). Null (nothing changed) on failure.
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy(T value) noexcept {
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy(const T& value) noexcept {
     if (!grow_for_one_more()) return nullptr;
     T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
     counts_.increment_size();
     return slot;
   }
   // The same, throwing on failure (one out-of-line call for emplace_back's caller).
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy_or_throw(T value) {
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy_or_throw(const T& value) {
     T* slot = grow_and_append_copy(value);
     if (slot == nullptr) throw_growth_failure(size() + 1);
     return slot;
