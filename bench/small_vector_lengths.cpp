@@ -4,8 +4,8 @@
 // memkit::small_vector<T, N>, boost::container::small_vector<T, N>, absl::InlinedVector<T, N>,
 // std::vector<T> with reserve(N) and std::vector<T> without. Elements: int (the article's) and a
 // 32-byte struct. The time is per pass over the 100 lengths (median of repetitions, subjects
-// interleaved within each repetition so machine noise hits all of them alike, averaged over four
-// code placements of each loop so the linker's layout does not pick the winner).
+// interleaved within each repetition so machine noise hits all of them alike, averaged over eight
+// stack placements of the vectors).
 
 #include <time.h>
 
@@ -55,9 +55,8 @@ const char* element_name() {
 }
 
 // One pass: for each length, a fresh container filled with push_back and dropped.
-// Always inlined, so each placement (below) has its own copy of the loops.
 template <class Make>
-[[gnu::always_inline]] inline void one_pass(Make&& make) {
+void one_pass(Make&& make) {
   for (int length : workload()) {
     auto v = make();
     for (int i = 0; i < length; ++i) v.push_back(i);
@@ -74,18 +73,20 @@ double thread_cpu_nanoseconds() noexcept {
   return static_cast<double>(now.tv_sec) * 1e9 + static_cast<double>(now.tv_nsec);
 }
 
-// Code placement. The measured loops are a handful of instructions per element and a few per
-// vector, and where the linker happens to put them (which 16-byte slot of a fetch block a loop or
-// a branch lands in) moved one subject or another by up to 40% from build to build, with the
-// same machine code. Instead of pinning one lucky layout, every subject is measured in
-// `placements` copies of its loop, each shifted by 16 more bytes (nops executed once per call,
-// before the clock starts) and run with the stack shifted as well, and its figure is the mean over placements of the per-placement
-// medians: the expected time over code layouts, which no relinking changes much.
-constexpr int placements = 4;
+// Placement. The measured loops are a handful of instructions per element and a few per vector,
+// and their speed depends on where things land: the same machine code ran 25-60% slower for one
+// subject or another in some stack placements of the vectors (4 KiB aliasing with other stack
+// data) and some code layouts (fetch-block and branch-predictor aliasing). Every subject is
+// measured with the stack shifted by k * 1040 bytes for k < `placements` (a different cache-line
+// and 4 KiB offset each), and its figure is the mean over placements of the per-placement
+// medians. Code layout is not varied: that needs a copy of each loop per layout, and with that
+// many copies GCC stops inlining some peers' push_back (its unit-growth limit), which measures
+// the inliner instead of the containers. The loops keep the compiler's own alignment.
+constexpr int placements = 8;
 
-template <int Placement, class Make>
-[[gnu::noinline, gnu::aligned(64)]] double nanoseconds_per_pass_at(int passes, Make& make) {
-  asm volatile(".skip %c0, 0x90" : : "i"(Placement * 16));
+// Always out of line, so every placement runs this same code with the stack shifted.
+template <class Make>
+[[gnu::noinline]] double nanoseconds_per_pass_here(int passes, Make& make) {
   const double start = thread_cpu_nanoseconds();
   for (int p = 0; p < passes; ++p) one_pass(make);
   return (thread_cpu_nanoseconds() - start) / passes;
@@ -93,17 +94,9 @@ template <int Placement, class Make>
 
 template <class Make>
 double nanoseconds_per_pass(int placement, int passes, Make&& make) {
-  static_assert(placements == 4);
-  // The stack moves too (by 1040 bytes per placement: another cache-line offset and another
-  // 4 KiB-aliasing offset for the vectors, which live on the stack).
   void* shift = __builtin_alloca(static_cast<std::size_t>(placement) * 1040 + 16);
   do_not_optimize(shift);
-  switch (placement) {
-    case 0: return nanoseconds_per_pass_at<0>(passes, make);
-    case 1: return nanoseconds_per_pass_at<1>(passes, make);
-    case 2: return nanoseconds_per_pass_at<2>(passes, make);
-    default: return nanoseconds_per_pass_at<3>(passes, make);
-  }
+  return nanoseconds_per_pass_here(passes, make);
 }
 
 struct subject {
@@ -151,7 +144,7 @@ void run_one(context& ctx, std::size_t& done, std::size_t total) {
   // milliseconds, and short interleaved samples let every subject see the same load. Repetition r
   // measures every subject in placement r % placements.
   const int passes = ctx.pick(50, 300, 1000);
-  const int repetitions = placements * ctx.pick(2, 40, 100);
+  const int repetitions = placements * ctx.pick(1, 20, 50);
   auto list = subjects<Element, N>();
   std::vector<std::vector<std::vector<double>>> samples(list.size(), std::vector<std::vector<double>>(placements));
   for (int r = 0; r < repetitions; ++r) {
@@ -169,7 +162,7 @@ void run_one(context& ctx, std::size_t& done, std::size_t total) {
     if (!list[s].installed) {
       out.note = "not installed";
     } else {
-      // The mean over code placements of each placement's median (see `placements`).
+      // The mean over stack placements of each placement's median (see `placements`).
       for (const auto& at : samples[s]) medians[s] += median(at) / placements;
       std::size_t pushes = 0;
       for (int length : workload()) pushes += static_cast<std::size_t>(length);
@@ -201,8 +194,8 @@ void run(context& ctx) {
   std::string lengths;
   for (int length : workload()) lengths += std::to_string(length) + " ";
   ctx.note("workload: 100 lengths from chi-squared(8), seed 20210710: " + lengths);
-  ctx.note("time_per_pass: thread CPU time to build and drop one vector per length (all 100): for each of 4 "
-           "code placements of the loop (shifted by 16 bytes each) the median of many short interleaved "
+  ctx.note("time_per_pass: thread CPU time to build and drop one vector per length (all 100): for each of 8 "
+           "stack placements of the vectors the median of many short interleaved "
            "repetitions, then the mean over placements; lower is better");
 #if !MEMKIT_BENCH_HAVE_BOOST
   ctx.note("boost::container::small_vector: not installed (install libboost-dev)");

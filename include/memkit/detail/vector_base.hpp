@@ -681,10 +681,7 @@ class vector_base {
   // Destroys the elements and gives back the heap buffer, if any.
   ~vector_base() {
     destroy_range(data_, data_ + counts_.size());
-    // Inline first, data pointer before flag: a small_vector that stayed inline leaves after one
-    // compare with the address of its own storage.
-    if (data_ == inline_buffer() && has_inline_storage()) return;
-    if (data_ != nullptr) deallocate_block(data_, counts_.capacity());
+    if (!is_inline() && data_ != nullptr) deallocate_block(data_, counts_.capacity());
   }
 
   vector_base(const vector_base&) = delete;
