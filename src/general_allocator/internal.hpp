@@ -346,12 +346,16 @@ namespace memkit::gpa {
 // pointer. In .bss; untouched parts cost nothing.
 inline constexpr unsigned address_bits = 48;
 inline constexpr std::size_t segment_map_words = (std::size_t{1} << (address_bits - segment_shift)) / 64;
-extern std::atomic<std::uint64_t> segment_map[segment_map_words];
+// Plain words accessed through std::atomic_ref: an array of 2^20 std::atomic would need a
+// constructor call per element, which Clang gives up evaluating at compile time and runs as a
+// dynamic initializer, wiping bits set by allocations in earlier static constructors.
+extern std::uint64_t segment_map[segment_map_words];
 
 inline bool segment_map_contains(std::uintptr_t segment_address) noexcept {
   const std::uintptr_t index = segment_address >> segment_shift;
   if (index / 64 >= segment_map_words) return false;
-  return (segment_map[index / 64].load(std::memory_order_relaxed) >> (index % 64)) & 1u;
+  std::atomic_ref<std::uint64_t> word(segment_map[index / 64]);
+  return (word.load(std::memory_order_relaxed) >> (index % 64)) & 1u;
 }
 void segment_map_set(const segment* s, bool present) noexcept;
 

@@ -12,14 +12,15 @@ using namespace gpa;
 
 namespace gpa {
 
-std::atomic<std::uint64_t> segment_map[segment_map_words];
+std::uint64_t segment_map[segment_map_words];
 
 void segment_map_set(const segment* s, bool present) noexcept {
   const std::uintptr_t index = reinterpret_cast<std::uintptr_t>(s) >> segment_shift;
   if (index / 64 >= segment_map_words) return;
   const std::uint64_t bit = std::uint64_t{1} << (index % 64);
-  if (present) segment_map[index / 64].fetch_or(bit, std::memory_order_relaxed);
-  else segment_map[index / 64].fetch_and(~bit, std::memory_order_relaxed);
+  std::atomic_ref<std::uint64_t> word(segment_map[index / 64]);
+  if (present) word.fetch_or(bit, std::memory_order_relaxed);
+  else word.fetch_and(~bit, std::memory_order_relaxed);
 }
 
 std::uint64_t now_ms() noexcept {
