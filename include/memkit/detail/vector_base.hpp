@@ -500,8 +500,7 @@ class vector_base {
       T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
       counts_.increment_size();
       return *slot;
-    }
-    if constexpr (is_small_copy<Args...>()) {
+    } else if constexpr (is_small_copy<Args...>()) {
       // A wider value: build it in place, not up front (holding it across the slow path costs a
       // round trip through the stack on every element). The slow path builds a copy, grows and
       // places it out of line, and both paths rejoin for the increment, which is what lets GCC
@@ -514,18 +513,15 @@ class vector_base {
       }
       counts_.increment_size();
       return *slot;
-    }
-    // Otherwise the hot path is a compare, a construction in place and an add; everything else
-    // (growth, arguments that refer to elements about to move, throwing) is in one out-of-line call.
-    if (MEMKIT_LIKELY(!counts_.full())) {
-      T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(std::forward<Args>(args)...);
-      counts_.increment_size();
-      return *slot;
-    }
-    if constexpr (is_small_copy<Args...>()) {
-      // A copy made before growing cannot dangle, so growth may move the buffer (reallocate()).
-      return *grow_and_append_copy_or_throw(T(std::forward<Args>(args)...));
     } else {
+      // Other element types: the hot path is a compare, a construction in place and an add;
+      // everything else (growth, arguments that refer to elements about to move, throwing) is in
+      // one out-of-line call.
+      if (MEMKIT_LIKELY(!counts_.full())) {
+        T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(std::forward<Args>(args)...);
+        counts_.increment_size();
+        return *slot;
+      }
       return *grow_and_emplace_back_or_throw(std::forward<Args>(args)...);
     }
   }
@@ -1046,18 +1042,12 @@ class vector_base {
   MEMKIT_DETAIL_VECTOR_NOINLINE void make_room_for_one_or_throw() {
     if (!grow_for_one_more()) throw_growth_failure(size() + 1);
   }
-  // The slow path of emplace_back for small trivially copyable T: `value` is a copy (a temporary), so
-  // growth may move the buffer through reallocate(). Null (nothing changed) on failure.
+  // The slow path of try_emplace_back for small trivially copyable T: `value` is a copy (a
+  // temporary), so growth may move the buffer through reallocate(). Null (nothing changed) on failure.
   MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy(const T& value) noexcept {
     if (!grow_for_one_more()) return nullptr;
     T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
     counts_.increment_size();
-    return slot;
-  }
-  // The same, throwing on failure (one out-of-line call for emplace_back's caller).
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy_or_throw(const T& value) {
-    T* slot = grow_and_append_copy(value);
-    if (slot == nullptr) throw_growth_failure(size() + 1);
     return slot;
   }
 
