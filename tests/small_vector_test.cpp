@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -333,6 +334,34 @@ TEST(small_vector, unique_ptr_elements_move_between_inline_and_heap) {
   EXPECT_EQ(v.size(), 5u);
   EXPECT_EQ(*v[4], 4);
   EXPECT_EQ(*w[0], 9);
+}
+
+}  // namespace
+
+namespace {
+
+// A 32-byte trivially copyable element takes the wide-value path of push_back: built in place when
+// there is room, else copied first and placed after growing. An argument that is an element of
+// the vector itself must survive the growth that moves it.
+TEST(small_vector, appending_its_own_wide_element_while_full_copies_it_before_growing) {
+  using wide = std::array<long, 4>;
+  static_assert(sizeof(wide) == 32);
+  test_allocator allocator;
+  memkit::small_vector<wide, 2> v(allocator);
+  v.push_back(wide{1, 2, 3, 4});
+  v.push_back(wide{5, 6, 7, 8});
+  v.push_back(v[0]);  // full: grows while the argument lives in the inline buffer
+  v.emplace_back(v[1]);
+  for (int i = 0; i < 20; ++i) v.push_back(v[static_cast<std::size_t>(i)]);  // heap growth too
+  ASSERT_EQ(v.size(), 24u);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v[i], (i % 2 == 0 ? wide{1, 2, 3, 4} : wide{5, 6, 7, 8})) << i;
+  }
+  memkit::vector<wide> heap_only(allocator);
+  heap_only.push_back(wide{9, 9, 9, 9});
+  heap_only.shrink_to_fit();
+  heap_only.push_back(heap_only.front());
+  EXPECT_EQ(heap_only.back(), (wide{9, 9, 9, 9}));
 }
 
 }  // namespace
