@@ -119,11 +119,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     void* p;
     page* pg = h->queues[1][cls].first;
     if (pg != nullptr && pg->free != nullptr) {
-      block* b = pg->free;
-      pg->free = b->next;
-      ++pg->used;
-      bump(h->counters[cls].allocations);
-      p = b;
+      p = pop_free_block(h, pg, cls);
     } else {
       p = allocate_slow(h, cls, true);
       if (p == nullptr) return nullptr;

@@ -93,13 +93,7 @@ namespace {
     const std::size_t cls = small_class_table[(size + 15) >> 4] -
                             static_cast<std::size_t>((size <= 8) & (alignment <= 8));
     page* pg = h->queues[0][cls].first;
-    if (pg != nullptr && pg->free != nullptr) {
-      block* b = pg->free;
-      pg->free = b->next;
-      ++pg->used;
-      bump(h->counters[cls].allocations);
-      return b;
-    }
+    if (pg != nullptr && pg->free != nullptr) return pop_free_block(h, pg, cls);
     return im->allocate_slow(h, cls, false);
   }
   return im->allocate_generic(size, alignment, false);
@@ -119,15 +113,7 @@ void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexc
       const std::size_t cls = small_class_table[(size + 15) >> 4] -
                               static_cast<std::size_t>((size <= 8) & (alignment <= 8));
       page* pg = h->queues[0][cls].first;
-      if (MEMKIT_LIKELY(pg != nullptr)) {
-        block* b = pg->free;
-        if (MEMKIT_LIKELY(b != nullptr)) {
-          pg->free = b->next;
-          ++pg->used;
-          bump(h->counters[cls].allocations);
-          return b;
-        }
-      }
+      if (MEMKIT_LIKELY(pg != nullptr && pg->free != nullptr)) return pop_free_block(h, pg, cls);
       return impl_->allocate_slow(h, cls, false);
     }
   }
@@ -157,11 +143,7 @@ void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t al
       void* p;
       page* pg = h->queues[0][cls].first;
       if (pg != nullptr && pg->free != nullptr) {
-        block* b = pg->free;
-        pg->free = b->next;
-        ++pg->used;
-        bump(h->counters[cls].allocations);
-        p = b;
+        p = pop_free_block(h, pg, cls);
       } else {
         p = allocate_slow(h, cls, false);
       }

@@ -414,6 +414,16 @@ inline void queue_remove(page_queue& q, page* pg) noexcept {
   pg->next = pg->prev = nullptr;
 }
 
+// Hands out the first free block of `pg`, a page of class `cls` in heap `h` whose free list is
+// not empty: the step every allocation path ends with.
+inline block* pop_free_block(heap* h, page* pg, std::size_t cls) noexcept {
+  block* b = pg->free;
+  pg->free = b->next;
+  ++pg->used;
+  bump(h->counters[cls].allocations);
+  return b;
+}
+
 inline page_queue& queue_of(heap* h, const page* pg) noexcept {
   return h->queues[pg->debug ? 1 : 0][pg->size_class];
 }

@@ -124,13 +124,7 @@ void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debu
     }
     if (pg->free == nullptr && reuse) collect_page(h, pg);
     if (pg->free == nullptr && pg->capacity < pg->reserved) extend_page(this, pg);
-    if (pg->free != nullptr) {
-      block* b = pg->free;
-      pg->free = b->next;
-      ++pg->used;
-      bump(h->counters[cls].allocations);
-      return b;
-    }
+    if (pg->free != nullptr) return pop_free_block(h, pg, cls);
     if (!mark_full(pg)) continue;  // remote frees arrived: collect them on the next turn
     queue_remove(q, pg);
     pg->in_full = true;
