@@ -199,16 +199,7 @@ class vector_base {
   // Replaces the contents with `count` copies of `value` (which may be an element of this one).
   void assign(size_type count, const T& value) {
     if (count > capacity()) {
-      const auto [fresh, fresh_capacity] = allocate_or_throw(count, count);
-      try {
-        std::uninitialized_fill_n(fresh, count, value);
-      } catch (...) {
-        deallocate_block(fresh, fresh_capacity);
-        throw;
-      }
-      destroy_all();
-      replace_buffer(fresh, fresh_capacity);
-      counts_.set_size(static_cast<stored_size>(count));
+      assign_in_new_buffer(count, [&](T* fresh) { std::uninitialized_fill_n(fresh, count, value); });
       return;
     }
     const size_type common = std::min(count, size());
@@ -231,16 +222,7 @@ class vector_base {
     if constexpr (std::forward_iterator<InputIt>) {
       const auto count = static_cast<size_type>(std::distance(first, last));
       if (count > capacity()) {
-        const auto [fresh, fresh_capacity] = allocate_or_throw(count, count);
-        try {
-          std::uninitialized_copy(first, last, fresh);
-        } catch (...) {
-          deallocate_block(fresh, fresh_capacity);
-          throw;
-        }
-        destroy_all();
-        replace_buffer(fresh, fresh_capacity);
-        counts_.set_size(static_cast<stored_size>(count));
+        assign_in_new_buffer(count, [&](T* fresh) { std::uninitialized_copy(first, last, fresh); });
       } else if (count > size()) {
         InputIt middle = std::next(first, static_cast<difference_type>(size()));
         std::copy(first, middle, data_);
@@ -840,6 +822,21 @@ class vector_base {
     block obtained = allocate_block(wanted);
     if (obtained.pointer == nullptr) throw std::bad_alloc();
     return obtained;
+  }
+  // Replaces the contents with `count` elements that `construct(fresh)` builds in a new buffer;
+  // on an exception the old contents stay (strong guarantee).
+  template <class Construct>
+  void assign_in_new_buffer(size_type count, Construct construct) {
+    const auto [fresh, fresh_capacity] = allocate_or_throw(count, count);
+    try {
+      construct(fresh);
+    } catch (...) {
+      deallocate_block(fresh, fresh_capacity);
+      throw;
+    }
+    destroy_all();
+    replace_buffer(fresh, fresh_capacity);
+    counts_.set_size(static_cast<stored_size>(count));
   }
 
   // Constructs `count` elements at `destination` from the elements at `source` by move (or copy
