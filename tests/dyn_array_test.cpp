@@ -20,6 +20,7 @@
 
 #include "memkit/os.hpp"
 #include "support/counted.hpp"
+#include "support/rlimit.hpp"
 
 namespace os = memkit::os;
 using memkit::dyn_array;
@@ -145,22 +146,7 @@ TEST_F(dyn_array_test, try_push_back_does_not_move_from_its_argument_on_failure)
   EXPECT_EQ(*p, 2);
 }
 
-// RLIMIT_DATA counts private writable memory; this sets it to what the process uses now plus
-// `growth`, so that commits beyond it fail with ENOMEM (sanitizers map plenty of their own).
-bool limit_data_growth(std::size_t growth) {
-  std::FILE* status = std::fopen("/proc/self/status", "r");
-  if (status == nullptr) return false;
-  unsigned long long data_kib = 0;
-  char line[256];
-  while (std::fgets(line, sizeof line, status) != nullptr) {
-    if (std::sscanf(line, "VmData: %llu kB", &data_kib) == 1) break;
-  }
-  std::fclose(status);
-  rlimit limit{};
-  if (data_kib == 0 || getrlimit(RLIMIT_DATA, &limit) != 0) return false;
-  limit.rlim_cur = static_cast<rlim_t>(data_kib * 1024 + growth);
-  return setrlimit(RLIMIT_DATA, &limit) == 0;
-}
+using memkit::testing::limit_data_growth;
 
 TEST_F(dyn_array_test, appends_under_a_small_rlimit_data_fail_cleanly_in_a_child) {
   EXPECT_EXIT(

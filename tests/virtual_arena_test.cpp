@@ -1,6 +1,7 @@
 #include "memkit/virtual_arena.hpp"
 
 #include <gtest/gtest.h>
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "memkit/os.hpp"
+#include "support/rlimit.hpp"
 
 namespace os = memkit::os;
 using memkit::virtual_arena;
@@ -27,21 +29,7 @@ bool aligned_to(const void* p, std::size_t alignment) {
   return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
 }
 
-// Sets RLIMIT_DATA to what this process's data segment uses now plus `growth` bytes.
-bool limit_data_growth(std::size_t growth) {
-  std::FILE* status = std::fopen("/proc/self/status", "r");
-  if (status == nullptr) return false;
-  unsigned long long data_kib = 0;
-  char line[256];
-  while (std::fgets(line, sizeof line, status) != nullptr) {
-    if (std::sscanf(line, "VmData: %llu kB", &data_kib) == 1) break;
-  }
-  std::fclose(status);
-  rlimit limit{};
-  if (data_kib == 0 || getrlimit(RLIMIT_DATA, &limit) != 0) return false;
-  limit.rlim_cur = static_cast<rlim_t>(data_kib * 1024 + growth);
-  return setrlimit(RLIMIT_DATA, &limit) == 0;
-}
+using memkit::testing::limit_data_growth;
 
 class virtual_arena_test : public ::testing::Test {
  protected:
