@@ -364,4 +364,74 @@ TEST(small_vector, appending_its_own_wide_element_while_full_copies_it_before_gr
   EXPECT_EQ(heap_only.back(), (wide{9, 9, 9, 9}));
 }
 
+// The spill of a full small_vector of trivially copyable elements (a new block, the inline
+// elements copied over, N remembered) and the growth of its heap buffer (reallocate) share one
+// out-of-line path for int and for 32-byte elements: a failure at either step changes nothing,
+// throws from push_back and is false from try_push_back; after success every element is kept and
+// shrink_to_fit finds N again.
+template <class T>
+void check_growth_of_a_full_trivially_copyable_small_vector() {
+  auto make = [](int i) {
+    if constexpr (std::is_same_v<T, int>) return i;
+    else return T{i, i + 1, i + 2, i + 3};
+  };
+  auto first = [](const T& e) {
+    if constexpr (std::is_same_v<T, int>) return e;
+    else return static_cast<int>(e[0]);
+  };
+  auto expect_elements = [&](const memkit::small_vector<T, 4>& v, int count) {
+    ASSERT_EQ(v.size(), static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) EXPECT_EQ(v[static_cast<std::size_t>(i)], make(i)) << i;
+  };
+  test_allocator allocator;
+  memkit::small_vector<T, 4> v(allocator);
+  for (int i = 0; i < 4; ++i) v.push_back(make(i));
+  const T* inline_data = v.data();
+
+  allocator.fail_all(true);  // the spill fails
+  EXPECT_THROW(v.push_back(make(4)), std::bad_alloc);
+  EXPECT_FALSE(v.try_push_back(make(4)));
+  EXPECT_EQ(v.try_emplace_back(make(4)), nullptr);
+  EXPECT_EQ(v.data(), inline_data);
+  EXPECT_EQ(v.capacity(), 4u);
+  expect_elements(v, 4);
+
+  allocator.fail_all(false);
+  v.push_back(make(4));  // spills
+  EXPECT_NE(v.data(), inline_data);
+  EXPECT_EQ(allocator.live_blocks(), 1u);
+  while (v.size() < v.capacity()) v.push_back(make(static_cast<int>(v.size())));
+  const auto heap_capacity = v.capacity();
+  const int count = static_cast<int>(v.size());
+
+  allocator.fail_all(true);  // the heap buffer cannot grow
+  allocator.allow_resize(false);
+  EXPECT_THROW(v.push_back(make(count)), std::bad_alloc);
+  EXPECT_FALSE(v.try_push_back(make(count)));
+  EXPECT_EQ(v.capacity(), heap_capacity);
+  expect_elements(v, count);
+
+  allocator.fail_all(false);
+  v.push_back(make(count));  // reallocates
+  EXPECT_GT(v.capacity(), heap_capacity);
+  expect_elements(v, count + 1);
+  EXPECT_GE(allocator.reallocations(), 1);
+  EXPECT_EQ(first(v.back()), count);
+
+  v.resize(3);
+  v.shrink_to_fit();  // back inline: N was remembered through both growths
+  EXPECT_EQ(v.data(), inline_data);
+  EXPECT_EQ(v.capacity(), 4u);
+  EXPECT_EQ(allocator.live_blocks(), 0u);
+  expect_elements(v, 3);
+}
+
+TEST(small_vector, failed_and_successful_growth_of_full_int_elements) {
+  check_growth_of_a_full_trivially_copyable_small_vector<int>();
+}
+
+TEST(small_vector, failed_and_successful_growth_of_full_32_byte_elements) {
+  check_growth_of_a_full_trivially_copyable_small_vector<std::array<long, 4>>();
+}
+
 }  // namespace

@@ -1032,17 +1032,16 @@ class vector_base {
   // Grows for one more element and constructs `value` (a copy, so growth may move the buffer)
   // in the first free slot without counting it; throws on failure.
   MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_place_copy_or_throw(const T& value) {
-    if (!grow_for_one_more()) throw_growth_failure(size() + 1);
+    grow_full_for_one_more<true>();
     return ::new (static_cast<void*>(data_ + counts_.size())) T(value);
   }
-  // grow_for_one_more() or throw, as one out-of-line call.
-  MEMKIT_DETAIL_VECTOR_NOINLINE void make_room_for_one_or_throw() {
-    if (!grow_for_one_more()) throw_growth_failure(size() + 1);
-  }
+  // grow_full_for_one_more() or throw, as one out-of-line call that jumps straight on to the
+  // growth that applies.
+  MEMKIT_DETAIL_VECTOR_NOINLINE void make_room_for_one_or_throw() { grow_full_for_one_more<true>(); }
   // The slow path of try_emplace_back for small trivially copyable T: `value` is a copy (a
   // temporary), so growth may move the buffer through reallocate(). Null (nothing changed) on failure.
   MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy(const T& value) noexcept {
-    if (!grow_for_one_more()) return nullptr;
+    if (!grow_full_for_one_more<false>()) return nullptr;
     T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
     counts_.increment_size();
     return slot;
@@ -1057,24 +1056,55 @@ class vector_base {
     else return false;
   }
 
-  // Makes room for one more element (T trivially copyable, hence relocatable): reallocate() when
-  // on the heap (in place when it can), else a new block. False (nothing changed) on failure.
-  MEMKIT_DETAIL_VECTOR_NOINLINE bool grow_for_one_more() noexcept {
-    if (size() >= max_size()) return false;
-    const size_type new_capacity = grown_capacity(size() + 1);
-    if (!is_inline() && data_ != nullptr) {
-      void* moved = alloc().reallocate(data_, capacity() * sizeof(T), size() * sizeof(T),
-                                       new_capacity * sizeof(T), alignof(T));
-      if (moved == nullptr) return false;
-      data_ = static_cast<T*>(moved);
-      counts_.set_capacity(new_capacity);
-      return true;
+  // Makes room for one more element in a full buffer (size() == capacity(), which is when every
+  // caller needs it) for trivially copyable, hence relocatable, T: the capacity doubles (at least
+  // 4), in a new block when the elements are inline (or there is no buffer), else through
+  // reallocate(), which grows in place when it can. Nothing changes on failure, which returns
+  // false, or throws when Throw. Two separate out-of-line functions, so that each saves only the
+  // registers its own calls need (a small_vector's spill is the new-block one).
+  template <bool Throw>
+  bool grow_full_for_one_more() noexcept(!Throw) {
+    if (is_inline() || data_ == nullptr) return grow_full_into_new_block<Throw>();
+    return grow_full_by_reallocate<Throw>();
+  }
+  template <bool Throw>
+  MEMKIT_DETAIL_VECTOR_NOINLINE bool grow_full_into_new_block() noexcept(!Throw) {
+    MEMKIT_ASSERT(counts_.full(), "grow_full_into_new_block: the buffer is not full");
+    const size_type count = counts_.size();
+    if (MEMKIT_UNLIKELY(count >= max_size())) return growth_failed<Throw>();
+    const block fresh = allocate_block(doubled_capacity(count));
+    if (MEMKIT_UNLIKELY(fresh.pointer == nullptr)) return growth_failed<Throw>();
+    if (data_ != nullptr) {
+      // Copy first: the inline capacity is remembered in the bytes being copied.
+      std::memcpy(static_cast<void*>(fresh.pointer), static_cast<const void*>(data_), count * sizeof(T));
+      remember_inline_capacity(count);
     }
-    const auto [fresh, fresh_capacity] = allocate_block(new_capacity);
-    if (fresh == nullptr) return false;
-    if (size() != 0) std::memcpy(static_cast<void*>(fresh), static_cast<const void*>(data_), size() * sizeof(T));
-    replace_buffer(fresh, fresh_capacity);
+    data_ = fresh.pointer;
+    counts_ = detail::vector_counts<T>(count, fresh.capacity);
     return true;
+  }
+  template <bool Throw>
+  MEMKIT_DETAIL_VECTOR_NOINLINE bool grow_full_by_reallocate() noexcept(!Throw) {
+    MEMKIT_ASSERT(counts_.full(), "grow_full_by_reallocate: the buffer is not full");
+    const size_type count = counts_.size();
+    if (MEMKIT_UNLIKELY(count >= max_size())) return growth_failed<Throw>();
+    const size_type wanted = doubled_capacity(count);
+    void* moved = alloc().reallocate(data_, count * sizeof(T), count * sizeof(T), wanted * sizeof(T), alignof(T));
+    if (MEMKIT_UNLIKELY(moved == nullptr)) return growth_failed<Throw>();
+    data_ = static_cast<T*>(moved);
+    counts_ = detail::vector_counts<T>(count, wanted);
+    return true;
+  }
+  // grown_capacity(count + 1) when capacity() == count < max_size().
+  static size_type doubled_capacity(size_type count) noexcept {
+    const size_type doubled = count > max_size() / 2 ? max_size() : 2 * count;
+    return doubled >= 4 ? doubled : 4 < max_size() ? 4 : max_size();
+  }
+  // The failure of a growth by one element: throws (when Throw) or returns false.
+  template <bool Throw>
+  bool growth_failed() const noexcept(!Throw) {
+    if constexpr (Throw) throw_growth_failure(size() + 1);
+    return false;
   }
 
   // The slow path of emplace_back: grows, then constructs. Null when memory cannot be obtained
