@@ -1,6 +1,7 @@
 #include "memkit/os.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -205,6 +206,45 @@ TEST_F(os_test, map_extend_and_remap_keep_contents) {
   EXPECT_TRUE(os::extend_mapping(p, 64 * page, 32 * page).ok());  // shrinking always works
   EXPECT_TRUE(os::release(p, 32 * page).ok());
   EXPECT_TRUE(os::release(blocker.value(), page).ok());
+}
+
+TEST_F(os_test, move_pages_hands_pages_over_and_unmaps_the_source) {
+  const std::size_t page = os::page_size();
+  auto a = os::map(8 * page);
+  auto b = os::map(8 * page);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto* from = static_cast<unsigned char*>(a.value());
+  auto* to = static_cast<unsigned char*>(b.value());
+  for (std::size_t i = 0; i < 8; ++i) from[i * page] = static_cast<unsigned char>(i + 1);
+  // Bad arguments change nothing.
+  EXPECT_EQ(os::move_pages(from + 1, page, to).error(), EINVAL);
+  EXPECT_EQ(os::move_pages(from, page + 1, to).error(), EINVAL);
+  EXPECT_EQ(os::move_pages(from, 0, to).error(), EINVAL);
+  EXPECT_EQ(os::move_pages(from, 4 * page, from + 2 * page).error(), EINVAL);  // overlap
+  // An injected failure leaves both ranges as they were.
+  os::testing::inject_failure(os::testing::operation::map, 1);
+  EXPECT_EQ(os::move_pages(from + 2 * page, 4 * page, to + page).error(), ENOMEM);
+  EXPECT_EQ(from[2 * page], 3);
+  EXPECT_EQ(to[page], 0);
+  auto moved = os::move_pages(from + 2 * page, 4 * page, to + page);
+#if defined(__linux__)
+  ASSERT_TRUE(moved.ok()) << os::error_message(moved.error());
+  for (std::size_t j = 0; j < 4; ++j) EXPECT_EQ(to[(1 + j) * page], 3 + j);
+  EXPECT_EQ(to[0], 0);
+  EXPECT_EQ(to[5 * page], 0);
+  EXPECT_EQ(from[page], 2);  // the rest of the source is untouched
+  EXPECT_EQ(from[6 * page], 7);
+  // The source range is no longer mapped.
+  unsigned char residency[4];
+  EXPECT_EQ(::mincore(from + 2 * page, 4 * page, residency), -1);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_TRUE(os::release(from, 2 * page).ok());
+  EXPECT_TRUE(os::release(from + 6 * page, 2 * page).ok());
+#else
+  EXPECT_EQ(moved.error(), ENOTSUP);
+  EXPECT_TRUE(os::release(from, 8 * page).ok());
+#endif
+  EXPECT_TRUE(os::release(to, 8 * page).ok());
 }
 
 TEST_F(os_test, prefault_populates_and_reports_injected_failure) {

@@ -104,6 +104,14 @@ status extend_mapping(void* address, std::size_t old_bytes, std::size_t new_byte
 // without copying them. Returns the new address; the old range is gone on success.
 result<void*> remap(void* address, std::size_t old_bytes, std::size_t new_bytes) noexcept;
 
+// Moves the physical pages of [from, from + bytes) to [to, to + bytes) without copying them,
+// replacing whatever was mapped at the destination; afterwards the source range is unmapped (no
+// longer reserved). Both ranges must be page-aligned, must not overlap, and the source must lie in
+// one mapping (one region made by map(), reserve() + commit(), or one earlier move). Resident
+// pages stay resident: this recycles memory that would otherwise be faulted in afresh. ENOTSUP
+// where the system cannot (everywhere but Linux).
+status move_pages(void* from, std::size_t bytes, void* to) noexcept;
+
 // Asks for transparent huge pages over a committed or reserved range. ENOTSUP where unavailable.
 status advise_huge_pages(void* address, std::size_t bytes) noexcept;
 

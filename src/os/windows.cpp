@@ -193,6 +193,13 @@ result<void*> remap(void* address, std::size_t old_bytes, std::size_t new_bytes)
   return fresh;
 }
 
+status move_pages(void* from, std::size_t bytes, void* to) noexcept {
+  if (!page_aligned(from, bytes) || !page_aligned(to, 0) || bytes == 0) {
+    return status::failure(invalid_parameter);
+  }
+  return status::failure(not_supported);
+}
+
 status advise_huge_pages(void* address, std::size_t bytes) noexcept {
   if (!page_aligned(address, bytes)) return status::failure(invalid_parameter);
   return status::failure(not_supported);
