@@ -214,6 +214,96 @@ TEST_F(general_allocator_test, allocate_zeroed_gives_zero_bytes_even_for_reused_
   }
 }
 
+// Options under which freed large blocks stay cached for the whole test, whatever the machine's
+// speed.
+general_allocator::options long_cache() {
+  general_allocator::options o;
+  o.purge_delay_ms = 600000;
+  o.retained_limit = std::size_t{256} << 20;
+  return o;
+}
+
+TEST_F(general_allocator_test, freed_large_blocks_give_their_resident_pages_to_new_ones) {
+  general_allocator a(long_cache());
+  const std::size_t mib = std::size_t{1} << 20;
+  std::vector<void*> freed;
+  for (std::size_t size : {1 * mib, 2 * mib, 3 * mib, 6 * mib}) {
+    void* p = a.allocate(size);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0xFF, size);
+    freed.push_back(p);
+  }
+  for (void* p : freed) a.free(p);
+  const auto before = a.statistics();
+  // No cached reservation holds 10 MiB: the new block gets a fresh one, filled with the freed
+  // blocks' pages (on Linux), so the resident estimate does not grow by another 10 MiB.
+  auto* z = static_cast<unsigned char*>(a.allocate_zeroed(10 * mib));
+  ASSERT_NE(z, nullptr);
+  for (std::size_t i = 0; i < 10 * mib; ++i) ASSERT_EQ(z[i], 0) << i;  // dirty pages were zeroed
+  const auto after = a.statistics();
+#if defined(__linux__)
+  EXPECT_LT(after.resident_bytes, before.resident_bytes + mib);
+#endif
+  fill(z, 10 * mib, 3);
+  // A block made of moved pages still grows in place or moves with its contents.
+  void* g = a.reallocate_unsized(z, 40 * mib);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(check(g, 10 * mib, 3));
+  std::memset(static_cast<char*>(g) + 10 * mib, 1, 30 * mib);
+  void* h = a.reallocate_unsized(g, 5 * mib);  // and shrinks
+  ASSERT_NE(h, nullptr);
+  EXPECT_TRUE(check(h, 5 * mib, 3));
+  // Reused again by blocks of other sizes, after it is freed.
+  a.free(h);
+  for (std::size_t size : {7 * mib, 600 * std::size_t{1024}, 3 * mib}) {
+    void* p = a.allocate(size);
+    ASSERT_NE(p, nullptr);
+    fill(p, size, 9);
+    EXPECT_TRUE(check(p, size, 9));
+    a.free(p);
+  }
+  const auto end = a.statistics();
+  EXPECT_EQ(end.large_live_bytes, 0u);
+  EXPECT_EQ(end.large_allocations, end.large_frees);
+  EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+}
+
+TEST_F(general_allocator_test, a_failed_page_move_leaves_every_block_usable) {
+  const std::size_t mib = std::size_t{1} << 20;
+  for (unsigned successes = 0; successes < 6; ++successes) {
+    general_allocator a(long_cache());
+    std::vector<void*> freed;
+    for (std::size_t size : {1 * mib, 2 * mib, 3 * mib, 1 * mib, 2 * mib}) {
+      void* p = a.allocate(size);
+      ASSERT_NE(p, nullptr);
+      std::memset(p, 0xFF, size);
+      freed.push_back(p);
+    }
+    for (void* p : freed) a.free(p);
+    os::testing::fail_after(os::testing::operation::map, successes);
+    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(8 * mib));
+    os::testing::clear_injected_failures();
+    ASSERT_NE(z, nullptr) << successes;  // a failed move falls back to fresh memory
+    for (std::size_t i = 0; i < 8 * mib; i += 512) ASSERT_EQ(z[i], 0) << successes << " " << i;
+    fill(z, 8 * mib, 4);
+    // Whatever the cache kept is still whole.
+    std::vector<void*> again;
+    for (std::size_t size : {3 * mib, 2 * mib, 1 * mib, 5 * mib}) {
+      void* p = a.allocate(size);
+      ASSERT_NE(p, nullptr);
+      fill(p, size, 6);
+      again.push_back(p);
+    }
+    EXPECT_TRUE(check(z, 8 * mib, 4));
+    for (void* p : again) {
+      EXPECT_TRUE(check(p, a.usable_size(p) < mib ? a.usable_size(p) : mib, 6));
+      a.free(p);
+    }
+    a.free(z);
+    EXPECT_EQ(a.statistics().large_live_bytes, 0u);
+  }
+}
+
 TEST_F(general_allocator_test, huge_sizes_fail_with_null) {
   general_allocator a;
   EXPECT_EQ(a.allocate(SIZE_MAX), nullptr);

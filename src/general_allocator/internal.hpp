@@ -19,6 +19,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 
@@ -34,6 +35,7 @@ inline constexpr std::size_t segment_size = std::size_t{1} << segment_shift;  //
 inline constexpr std::uintptr_t segment_mask = segment_size - 1;
 inline constexpr std::size_t segment_header_bytes = std::size_t{64} << 10;  // first 64 KiB
 inline constexpr std::size_t max_pages_per_segment = 64;
+inline constexpr std::size_t max_huge_splits = 32;  // see segment::huge_splits
 
 enum class segment_kind : std::uint8_t { small, medium, large, huge };
 inline constexpr unsigned page_kind_count = 3;  // small, medium, large
@@ -110,6 +112,20 @@ class lock_guard {
 
  private:
   spin_lock& lock_;
+};
+
+// Keeps errno as it was across a scope that may make system calls: free() never changes errno
+// (glibc's guarantee since 2.33, which the drop-in relies on), while its slow paths may return
+// memory to the OS.
+class errno_keeper {
+ public:
+  errno_keeper() noexcept : saved_(errno) {}
+  ~errno_keeper() { errno = saved_; }
+  errno_keeper(const errno_keeper&) = delete;
+  errno_keeper& operator=(const errno_keeper&) = delete;
+
+ private:
+  int saved_;
 };
 
 // Milliseconds of a coarse monotonic clock (a few ns to read; only slow paths read it).
@@ -213,7 +229,11 @@ struct segment {
   std::size_t huge_size = 0;        // usable bytes of the block
   std::size_t huge_requested = 0;   // bytes asked for (debug mode)
   bool huge_live = false;
-  bool huge_fresh = false;          // block memory untouched since the OS gave it (zero)
+  // Offsets (ascending, inside the reservation) where the memory may pass from one OS mapping to
+  // the next: resident pages moved in from other freed blocks (large.cpp). Each range between two
+  // splits lies in one mapping, so it can be moved on again.
+  std::uint32_t huge_split_count = 0;
+  std::size_t huge_splits[max_huge_splits];
   std::uint64_t cached_since_ms = 0;
   std::size_t dirty_bytes = 0;      // cached segment: touched page bytes not yet discarded
   void* huge_frames[2 * general_allocator::max_stack_frames];
@@ -283,7 +303,7 @@ struct general_allocator::impl {
   std::atomic<std::uint64_t> caches_checked_ms{0};  // last time a slow path looked at the caches
   gpa::segment* huge_cached = nullptr;            // freed large blocks kept for reuse
   std::atomic<std::size_t> huge_cached_count{0};
-  std::size_t huge_cached_bytes = 0;
+  std::size_t huge_cached_bytes = 0;              // their resident (touched) bytes
   gpa::segment* huge_live = nullptr;              // live large blocks (leak reports)
 
   std::atomic<std::size_t> mapped_bytes{0};

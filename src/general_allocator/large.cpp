@@ -1,8 +1,19 @@
 // Large allocations (above 512 KiB, or aligned beyond 64 KiB): each gets a segment of its own,
 // reserved at a 4 MiB-aligned address with the header first, so free() finds it by the same mask
 // as small blocks. The reservation is rounded up to 4 MiB, leaving room to grow in place; beyond
-// it, os::extend_mapping grows the mapping when the address space after it is free. Freed blocks
-// are cached for reuse and returned to the OS after the purge delay.
+// it, os::extend_mapping grows the mapping when the address space after it is free.
+//
+// Freed blocks are cached and returned to the OS after the purge delay. A new block reuses the
+// best-fitting cached one, and where that (or a fresh reservation) has fewer resident pages than
+// the new block needs, other cached blocks give theirs: os::move_pages moves their page-table
+// entries into the new block. Pages that are already resident are handed on instead of being
+// faulted in again (a fault costs far more than moving an entry), which is what an allocator that
+// splits and coalesces spans inside big segments (mimalloc, jemalloc) gets from reuse.
+//
+// Resident pages of a block are tracked as a prefix: pages[0].touched_bytes from the header on.
+// Memory beyond it has never been written since the OS mapped it, so it reads as zero.
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <new>
 
@@ -16,6 +27,13 @@ namespace {
 
 constexpr std::size_t max_cached_huge = 16;
 
+// Fewer missing bytes than this are faulted in rather than moved from other blocks (a move is a
+// system call and splits the mappings).
+constexpr std::size_t min_recycled = std::size_t{64} << 10;
+
+// Cleared at the first ENOTSUP from os::move_pages (systems without mremap).
+std::atomic<bool> recycling_supported{true};
+
 std::size_t header_bytes_for(std::size_t alignment) noexcept {
   const std::size_t page_bytes = os::page_size();
   const std::size_t header = detail::align_up(sizeof(segment), page_bytes);
@@ -23,7 +41,177 @@ std::size_t header_bytes_for(std::size_t alignment) noexcept {
   return detail::align_up(header, alignment > page_bytes ? alignment : page_bytes);
 }
 
+// Resident bytes of a huge segment (the weight of a cached block against the retained limit).
+std::size_t touched_of(const segment* s) noexcept { return s->pages[0].touched_bytes; }
+
+// Drops the splits at or beyond `end`.
+void trim_splits(segment* s, std::size_t end) noexcept {
+  while (s->huge_split_count != 0 && s->huge_splits[s->huge_split_count - 1] >= end) --s->huge_split_count;
+}
+
+// The block's splits: a copy that survives the header being rewritten or moved.
+struct split_list {
+  std::uint32_t count = 0;
+  std::size_t at[max_huge_splits];
+
+  explicit split_list(const segment* s = nullptr) noexcept {
+    if (s == nullptr) return;
+    count = s->huge_split_count;
+    std::memcpy(at, s->huge_splits, count * sizeof(std::size_t));
+  }
+  void add(std::size_t offset) noexcept {
+    if (count == 0 || at[count - 1] < offset) at[count++] = offset;
+  }
+  void store(segment* s) const noexcept {
+    s->huge_split_count = count;
+    std::memcpy(s->huge_splits, at, count * sizeof(std::size_t));
+  }
+};
+
 }  // namespace
+
+// Caller holds `lock`. Puts a freed (or shrunk donor) block on the cache list.
+static void cache_push(general_allocator::impl& im, segment* s) noexcept {
+  s->next = im.huge_cached;
+  im.huge_cached = s;
+  im.huge_cached_count.fetch_add(1, std::memory_order_relaxed);
+  im.huge_cached_bytes += touched_of(s);
+  im.retained_bytes.fetch_add(touched_of(s), std::memory_order_relaxed);
+}
+
+// Caller holds `lock`. Unlinks the cached block `*link` points at.
+static segment* cache_take(general_allocator::impl& im, segment** link) noexcept {
+  segment* s = *link;
+  *link = s->next;
+  im.huge_cached_count.fetch_sub(1, std::memory_order_relaxed);
+  im.huge_cached_bytes -= touched_of(s);
+  im.retained_bytes.fetch_sub(touched_of(s), std::memory_order_relaxed);
+  s->next = nullptr;
+  return s;
+}
+
+// Moves resident pages of the cached blocks on the `donors` list into the block being built at
+// `base` (reservation `reserved`, resident prefix `touched`, mapping splits `splits`) until its
+// first `total` bytes are resident. A donor that gives all its pages is released; one that gives
+// part keeps its lower pages (its header among them) and goes back to the cache, as does a donor
+// not needed. Returns false if a move failed: the target may then have lost pages (the system
+// unmaps the destination before moving) and must be released; `touched` then counts every byte
+// moved into it, for the resident accounting.
+static bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved,
+                          std::size_t& touched, split_list& splits, std::size_t total,
+                          segment* donors) noexcept {
+  const std::size_t keep = detail::align_up(sizeof(segment), os::page_size());
+  bool ok = true;
+  segment* back = nullptr;  // donors returning to the cache
+  while (segment* d = donors) {
+    donors = d->next;
+    const std::size_t need = total > touched ? total - touched : 0;
+    const std::size_t held = touched_of(d);
+    const std::size_t given = need >= held ? held : held - need >= keep ? need : held - keep;
+    const std::size_t donor_reserved = d->reserved_bytes;
+    const split_list from(d);  // read now: the header may move
+    // Splits the target gains: where the moved range begins and ends, and the donor's own.
+    std::size_t extra = 2;
+    for (std::uint32_t i = 0; i < from.count; ++i) extra += from.at[i] > held - given && from.at[i] < held;
+    if (given == 0 || splits.count + extra > max_huge_splits) {
+      d->next = back;
+      back = d;
+      continue;
+    }
+    const std::size_t start = held - given;  // the donor keeps [0, start)
+    // Highest piece first, so that the donor's header moves last (if at all) and the donor stays
+    // whole below the piece that failed.
+    std::size_t end = held;
+    std::size_t intact = start;  // the donor still holds [0, intact)
+    std::uint32_t i = from.count;
+    while (end > start) {
+      while (i != 0 && from.at[i - 1] >= end) --i;
+      const std::size_t begin = i != 0 && from.at[i - 1] > start ? from.at[i - 1] : start;
+      char* source = reinterpret_cast<char*>(d) + begin;
+      if (begin == 0) segment_map_set(d, false);  // its header leaves
+      if (auto moved = os::move_pages(source, end - begin, base + touched + (begin - start)); !moved) {
+        if (moved.error() == ENOTSUP) recycling_supported.store(false, std::memory_order_relaxed);
+        if (begin == 0) segment_map_set(d, true);
+        ok = false;
+        intact = end;
+        break;
+      }
+      end = begin;
+    }
+    // The donor shrinks to [0, intact): [intact, held) was moved, the unused rest is unmapped now.
+    if (held < donor_reserved) (void)os::release(reinterpret_cast<char*>(d) + held, donor_reserved - held);
+    im.mapped_bytes.fetch_sub(donor_reserved - intact, std::memory_order_relaxed);
+    // A donor that gave everything no longer exists; its resident bytes now count for the target.
+    if (intact != 0) {
+      d->reserved_bytes = intact;
+      d->pages[0].touched_bytes = intact;
+      trim_splits(d, intact);
+      d->next = back;
+      back = d;
+    }
+    if (!ok) {
+      touched += held - intact;  // moved before the failure: released with the target
+      break;
+    }
+    if (touched != 0) splits.add(touched);
+    for (std::uint32_t k = 0; k < from.count; ++k)
+      if (from.at[k] > start && from.at[k] < held) splits.add(touched + (from.at[k] - start));
+    touched += given;
+    if (touched < reserved) splits.add(touched);
+  }
+  while (segment* d = donors) {  // left after a failure
+    donors = d->next;
+    d->next = back;
+    back = d;
+  }
+  if (back != nullptr) {
+    lock_guard guard(im.lock);
+    while (segment* d = back) {
+      back = d->next;
+      cache_push(im, d);
+    }
+  }
+  return ok;
+}
+
+// Reserves and commits a new huge segment for a block of `total` bytes from the header on.
+// Returns null on failure; sets `reserved`.
+static segment* reserve_huge(general_allocator::impl& im, std::size_t wanted, std::size_t total,
+                             std::size_t alignment, std::size_t& reserved) noexcept {
+  char* base;
+  if (alignment <= segment_size) {
+    reserved = detail::align_up(wanted, segment_size);
+    auto r = os::reserve_aligned(reserved, segment_size);
+    if (!r) return nullptr;
+    base = static_cast<char*>(r.value());
+  } else {
+    // The block must sit at an `alignment` boundary with the header 4 MiB before it.
+    reserved = total;
+    auto r = os::reserve_aligned(reserved + alignment, alignment);
+    if (!r) return nullptr;
+    char* raw = static_cast<char*>(r.value());
+    base = raw + alignment - segment_size;
+    (void)os::release(raw, static_cast<std::size_t>(base - raw));
+    (void)os::release(base + reserved, segment_size);
+  }
+  if (!os::commit(base, reserved)) {
+    (void)os::release(base, reserved);
+    return nullptr;
+  }
+  auto* s = reinterpret_cast<segment*>(base);
+  im.mapped_bytes.fetch_add(reserved, std::memory_order_relaxed);
+  segment_map_set(s, true);
+  return s;
+}
+
+// Unmaps a huge segment no block lives in; `touched` is what it counted as resident.
+static void release_huge(general_allocator::impl& im, segment* s, std::size_t reserved,
+                         std::size_t touched) noexcept {
+  im.mapped_bytes.fetch_sub(reserved, std::memory_order_relaxed);
+  im.resident_bytes.fetch_sub(touched, std::memory_order_relaxed);
+  segment_map_set(s, false);
+  (void)os::release(s, reserved);
+}
 
 void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t alignment, bool zeroed,
                                              std::size_t reserve_hint) noexcept {
@@ -33,57 +221,63 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   // Room to grow in place (reallocate passes a hint when it had to move a growing block).
   const std::size_t wanted = detail::align_up(offset + (reserve_hint > size ? reserve_hint : size), page_bytes);
   segment* s = nullptr;
-  bool fresh = false;
-  if (alignment <= segment_size && huge_cached_count != 0) {
+  segment* donors = nullptr;
+  if (alignment <= segment_size && huge_cached_count.load(std::memory_order_relaxed) != 0) {
     lock_guard guard(lock);
-    // Best fit among the cached blocks (at most max_cached_huge of them).
+    // Best fit among the cached blocks (at most max_cached_huge of them); among equals, the one
+    // with the most resident pages.
     segment** best = nullptr;
     for (segment** link = &huge_cached; *link != nullptr; link = &(*link)->next) {
-      const std::size_t r = (*link)->reserved_bytes;
-      if (r >= total && (best == nullptr || r < (*best)->reserved_bytes)) best = link;
+      const segment* c = *link;
+      if (c->reserved_bytes < total) continue;
+      if (best == nullptr || c->reserved_bytes < (*best)->reserved_bytes ||
+          (c->reserved_bytes == (*best)->reserved_bytes && touched_of(c) > touched_of(*best))) {
+        best = link;
+      }
     }
-    if (best != nullptr) {
-      segment* c = *best;
-      *best = c->next;
-      --huge_cached_count;
-      huge_cached_bytes -= c->reserved_bytes;
-      retained_bytes.fetch_sub(c->reserved_bytes, std::memory_order_relaxed);
-      s = c;
+    if (best != nullptr) s = cache_take(*this, best);
+    // Donors for the pages the block lacks.
+    std::size_t have = s != nullptr ? touched_of(s) : 0;
+    if (recycling_supported.load(std::memory_order_relaxed)) {
+      segment** tail = &donors;
+      for (segment** link = &huge_cached; *link != nullptr && have + min_recycled < total;) {
+        segment* d = cache_take(*this, link);
+        have += touched_of(d);
+        *tail = d;
+        tail = &d->next;
+      }
     }
   }
   std::size_t reserved;
   std::size_t touched;
+  split_list splits(s);
   if (s != nullptr) {
     reserved = s->reserved_bytes;
-    touched = s->pages[0].touched_bytes;
+    touched = touched_of(s);
   } else {
-    char* base;
-    if (alignment <= segment_size) {
-      reserved = detail::align_up(wanted, segment_size);
-      auto r = os::reserve_aligned(reserved, segment_size);
-      if (!r) return nullptr;
-      base = static_cast<char*>(r.value());
-    } else {
-      // The block must sit at an `alignment` boundary with the header 4 MiB before it.
-      reserved = total;
-      auto r = os::reserve_aligned(reserved + alignment, alignment);
-      if (!r) return nullptr;
-      char* raw = static_cast<char*>(r.value());
-      base = raw + alignment - segment_size;
-      (void)os::release(raw, static_cast<std::size_t>(base - raw));
-      (void)os::release(base + reserved, segment_size);
-    }
-    if (!os::commit(base, reserved)) {
-      (void)os::release(base, reserved);
+    s = reserve_huge(*this, wanted, total, alignment, reserved);
+    touched = 0;
+    if (s == nullptr) {
+      if (donors != nullptr) {
+        lock_guard guard(lock);
+        while (segment* d = donors) {
+          donors = d->next;
+          cache_push(*this, d);
+        }
+      }
       return nullptr;
     }
-    s = reinterpret_cast<segment*>(base);
-    mapped_bytes.fetch_add(reserved, std::memory_order_relaxed);
-    segment_map_set(s, true);
-    fresh = true;
+  }
+  if (donors != nullptr &&
+      !recycle_pages(*this, reinterpret_cast<char*>(s), reserved, touched, splits, total, donors)) {
+    release_huge(*this, s, reserved, touched);
     touched = 0;
+    splits = split_list();
+    s = reserve_huge(*this, wanted, total, alignment, reserved);
+    if (s == nullptr) return nullptr;
   }
   new (s) segment();
+  splits.store(s);
   s->instance = this;
   s->kind = segment_kind::huge;
   s->page_shift = 63;
@@ -93,7 +287,6 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   s->huge_size = total - offset;
   s->huge_requested = size;
   s->huge_live = true;
-  s->huge_fresh = fresh;
   page& pg = s->pages[0];
   pg.start = reinterpret_cast<char*>(s) + offset;
   pg.area_end = pg.start + s->huge_size;
@@ -101,7 +294,8 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   pg.reserved = 1;
   pg.capacity = 1;
   pg.used = 1;
-  // Resident estimate: what was touched before (a reused block) or will be (the new block).
+  // Resident estimate: what was touched before (a reused block) or will be (the new block). The
+  // resident bytes moved in from donors were counted already, as theirs.
   pg.touched_bytes = touched > total ? touched : total;
   resident_bytes.fetch_add(pg.touched_bytes - touched, std::memory_order_relaxed);
   {
@@ -114,11 +308,13 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   large_allocations.fetch_add(1, std::memory_order_relaxed);
   large_live_bytes.fetch_add(s->huge_size, std::memory_order_relaxed);
   note_in_use(static_cast<std::ptrdiff_t>(total));
-  if (zeroed && !fresh) std::memset(pg.start, 0, size);
+  // Only the pages written before can hold anything but zero.
+  if (zeroed && touched > offset) std::memset(pg.start, 0, touched - offset < size ? touched - offset : size);
   return pg.start;
 }
 
 void general_allocator::impl::huge_free(segment* s) noexcept {
+  const errno_keeper keep_errno;
   const std::size_t size = s->huge_size;
   // Read before the block is published to the cache: from then on another thread may reuse or
   // unmap it.
@@ -132,27 +328,17 @@ void general_allocator::impl::huge_free(segment* s) noexcept {
     else huge_live = s->next;
     if (s->next != nullptr) s->next->prev = s->prev;
     s->huge_live = false;
-    if (cache && huge_cached_count < max_cached_huge &&
-        huge_cached_bytes + s->reserved_bytes <= self->options_.retained_limit / 2) {
+    if (cache && huge_cached_count.load(std::memory_order_relaxed) < max_cached_huge &&
+        huge_cached_bytes + touched_of(s) <= self->options_.retained_limit / 2) {
       s->cached_since_ms = now;
-      s->next = huge_cached;
-      huge_cached = s;
-      ++huge_cached_count;
-      huge_cached_bytes += s->reserved_bytes;
-      retained_bytes.fetch_add(s->reserved_bytes, std::memory_order_relaxed);
+      cache_push(*this, s);
       cached_it = true;
     }
   }
   large_frees.fetch_add(1, std::memory_order_relaxed);
   large_live_bytes.fetch_sub(size, std::memory_order_relaxed);
   note_in_use(-static_cast<std::ptrdiff_t>(accounted));
-  if (!cached_it) {
-    const std::size_t bytes = s->reserved_bytes;
-    mapped_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-    resident_bytes.fetch_sub(s->pages[0].touched_bytes, std::memory_order_relaxed);
-    segment_map_set(s, false);
-    (void)os::release(s, bytes);
-  }
+  if (!cached_it) release_huge(*this, s, s->reserved_bytes, touched_of(s));
   // Older cached blocks may be due.
   purge_caches(now, false);
 }
@@ -162,16 +348,20 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size) noex
   const std::size_t total = detail::align_up(s->huge_offset + new_size, os::page_size());
   std::size_t reserved = s->reserved_bytes;
   if (total > reserved) {
+    // Only the last mapping of the reservation can grow.
+    const std::size_t last = s->huge_split_count != 0 ? s->huge_splits[s->huge_split_count - 1] : 0;
     const std::size_t grown = detail::align_up(total, segment_size);
-    if (!os::extend_mapping(s, reserved, grown)) return false;
+    char* base = reinterpret_cast<char*>(s);
+    if (!os::extend_mapping(base + last, reserved - last, grown - last)) return false;
     mapped_bytes.fetch_add(grown - reserved, std::memory_order_relaxed);
     s->reserved_bytes = reserved = grown;
   } else if (reserved - detail::align_up(total, segment_size) >= 2 * segment_size) {
     // Shrunk well below the reservation: give the tail back.
     const std::size_t kept = detail::align_up(total, segment_size);
-    if (os::extend_mapping(s, reserved, kept)) {
+    if (os::release(reinterpret_cast<char*>(s) + kept, reserved - kept)) {
       mapped_bytes.fetch_sub(reserved - kept, std::memory_order_relaxed);
       s->reserved_bytes = kept;
+      trim_splits(s, kept);
       if (s->pages[0].touched_bytes > kept) {
         resident_bytes.fetch_sub(s->pages[0].touched_bytes - kept, std::memory_order_relaxed);
         s->pages[0].touched_bytes = kept;

@@ -251,8 +251,8 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
       if (everything || over_limit || now - s->cached_since_ms >= 10 * delay) {
         *link = s->next;
         --huge_cached_count;
-        huge_cached_bytes -= s->reserved_bytes;
-        retained_bytes.fetch_sub(s->reserved_bytes, std::memory_order_relaxed);
+        huge_cached_bytes -= s->pages[0].touched_bytes;
+        retained_bytes.fetch_sub(s->pages[0].touched_bytes, std::memory_order_relaxed);
         s->next = to_release;
         to_release = s;
       } else {
