@@ -140,7 +140,7 @@ class general_allocator final : public allocator {
                                       std::size_t alignment = default_alignment) noexcept;
   // Gives back a block from this allocator without its size (C free). Null is a no-op. Outside
   // debug mode `p` must be a live block of this allocator (as for C free); debug mode reports
-  // anything else instead of corrupting memory.
+  // anything else instead of corrupting memory. Never changes errno.
   void free(void* p) noexcept;
   // allocator::deallocate without the virtual call: the size and alignment are not needed.
   void deallocate(void* p, std::size_t size, std::size_t alignment = default_alignment) noexcept {

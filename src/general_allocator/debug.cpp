@@ -175,6 +175,7 @@ void general_allocator::impl::report_foreign(const void* p, const char* what) no
 }
 
 void general_allocator::impl::debug_free(void* p) noexcept {
+  const errno_keeper keep_errno;
   const options& o = self->options_;
   const int fd = o.report_fd;
   const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(p) - 1) & ~segment_mask;

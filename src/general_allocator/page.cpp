@@ -132,6 +132,7 @@ void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debu
 }
 
 void general_allocator::impl::free_local_slow(heap* h, page* pg) noexcept {
+  const errno_keeper keep_errno;
   if (pg->in_full) {
     // Back in the queue, behind the current page, so that it gathers a few free blocks before it
     // serves again (a page that flips between full and not full on every free costs more). Its

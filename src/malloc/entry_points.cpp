@@ -62,13 +62,10 @@ constexpr std::size_t largest_request = PTRDIFF_MAX;
   return p;
 }
 
+// glibc's free never changes errno (since 2.33); general_allocator::free keeps it too.
 [[gnu::always_inline]] inline void release(void* p) noexcept {
   if (p == nullptr) return;
-  // glibc's free never changes errno (since 2.33); returning pages to the OS might.
-  int& error = error_number();
-  const int saved = error;
   heap().free(p);
-  error = saved;
 }
 
 inline void* reallocate(void* p, std::size_t size) noexcept {
