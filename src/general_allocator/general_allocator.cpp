@@ -239,9 +239,20 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::
   if (impl_ == nullptr || !detail::is_power_of_two(alignment)) return nullptr;
   if (new_size == 0) new_size = 1;
   if (new_size > max_allocation_size) return nullptr;
-  const std::size_t old_size = usable_size(p);
   segment* s = segment_of(p);
   const bool huge = s->kind == segment_kind::huge;
+  if (page* pg = page_of(s, p); MEMKIT_LIKELY(!huge && !pg->debug)) {
+    // A block of a size class (the common case, one lookup): in place when it fits, unless it
+    // would keep more than twice what it needs.
+    const std::size_t block_size = pg->block_size;
+    if (new_size <= block_size && (new_size >= block_size / 2 || block_size <= 16)) return p;
+    void* fresh = allocate(new_size, alignment);
+    if (fresh == nullptr) return nullptr;
+    std::memcpy(fresh, p, block_size < new_size ? block_size : new_size);
+    free(p);
+    return fresh;
+  }
+  const std::size_t old_size = usable_size(p);
   // In place when it fits, unless a small block would keep more than twice what it needs.
   if (new_size <= old_size && (huge || new_size >= old_size / 2 || old_size <= 16)) {
     if (impl_->resize_in_place(p, new_size)) return p;
