@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <list>
@@ -76,6 +77,26 @@ TEST(allocator, reallocate_keeps_used_bytes_and_leaves_the_block_on_failure) {
   EXPECT_STREQ(q, "memkit");
   EXPECT_EQ(a.live_blocks(), 1u);
   a.deallocate(q, 1 << 20);
+}
+
+// malloc_allocator grows small blocks through malloc + copy + free and larger ones through
+// realloc, and shrinks through realloc: every path keeps the used bytes and hands back a block of
+// the new size.
+TEST(allocator, malloc_allocator_reallocate_keeps_used_bytes_on_every_path) {
+  memkit::allocator& a = memkit::malloc_allocator::instance();
+  std::size_t size = 8;
+  auto* p = static_cast<unsigned char*>(a.allocate(size));
+  ASSERT_NE(p, nullptr);
+  for (std::size_t i = 0; i < size; ++i) p[i] = static_cast<unsigned char>(i);
+  for (std::size_t new_size : {24u, 100u, 1000u, 1024u, 1500u, 70000u, 600u, 16u}) {
+    const std::size_t used = std::min(size, new_size);
+    p = static_cast<unsigned char*>(a.reallocate(p, size, used, new_size));
+    ASSERT_NE(p, nullptr) << new_size;
+    for (std::size_t i = 0; i < used; ++i) ASSERT_EQ(p[i], static_cast<unsigned char>(i)) << new_size << " at " << i;
+    for (std::size_t i = used; i < new_size; ++i) p[i] = static_cast<unsigned char>(i);  // all of it is usable
+    size = new_size;
+  }
+  a.deallocate(p, size);
 }
 
 TEST(allocator, reallocate_of_null_allocates) {
