@@ -314,6 +314,38 @@ TEST_F(general_allocator_test, huge_sizes_fail_with_null) {
   EXPECT_EQ(base.allocate_at_least(SIZE_MAX).pointer, nullptr);
 }
 
+TEST_F(general_allocator_test, failures_set_errno_and_free_keeps_it) {
+  general_allocator a;
+  errno = 0;
+  EXPECT_EQ(a.allocate(general_allocator::max_allocation_size + 1), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(a.allocate(64, 48), nullptr);  // not a power of two
+  EXPECT_EQ(errno, EINVAL);
+  os::testing::fail_after(os::testing::operation::reserve, 0);
+  errno = 0;
+  EXPECT_EQ(a.allocate(100), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(a.allocate(std::size_t{8} << 20), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  os::testing::clear_injected_failures();
+  void* p = a.allocate(100);
+  ASSERT_NE(p, nullptr);
+  errno = 0;
+  EXPECT_EQ(a.reallocate_unsized(p, general_allocator::max_allocation_size + 1), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  // free never changes errno, not even when it returns memory to the OS and that fails.
+  void* big = a.allocate(std::size_t{8} << 20);
+  ASSERT_NE(big, nullptr);
+  errno = 12345;
+  a.free(p);
+  os::testing::fail_after(os::testing::operation::decommit, 0, EFAULT);
+  a.free(big);
+  os::testing::clear_injected_failures();
+  EXPECT_EQ(errno, 12345);
+}
+
 TEST_F(general_allocator_test, os_failures_become_null_and_the_allocator_recovers) {
   general_allocator a;
   os::testing::fail_after(os::testing::operation::reserve, 0);

@@ -132,7 +132,8 @@ class general_allocator final : public allocator {
   const options& current_options() const noexcept { return options_; }
 
   // `size` bytes aligned to `alignment` (a power of two), or null when memory is exhausted, the
-  // size exceeds max_allocation_size or the alignment is invalid. Non-virtual fast path of
+  // size exceeds max_allocation_size or the alignment is invalid; a null result sets errno to
+  // ENOMEM (EINVAL for the alignment), as C's malloc does. Non-virtual fast path of
   // allocator::allocate with the same meaning.
   [[nodiscard]] void* allocate(std::size_t size, std::size_t alignment = default_alignment) noexcept;
   // Like allocate(), with every byte zero (calloc); skips the memset for fresh OS pages.
@@ -154,8 +155,9 @@ class general_allocator final : public allocator {
   // The usable size a request of `size` bytes at default alignment would get (malloc_good_size).
   std::size_t good_size(std::size_t size) const noexcept;
   // C realloc semantics: null `p` allocates; otherwise grows or shrinks in place when possible,
-  // else moves the contents to a new block. Returns null on failure, keeping `p` valid. A
-  // `new_size` of 0 is treated as 1 (the drop-in decides what realloc(p, 0) means).
+  // else moves the contents to a new block. Returns null on failure (errno set as by
+  // allocate()), keeping `p` valid. A `new_size` of 0 is treated as 1 (the drop-in decides what
+  // realloc(p, 0) means).
   [[nodiscard]] void* reallocate_unsized(void* p, std::size_t new_size) noexcept;
   // Same, keeping the block aligned to `alignment` (at least the block's original alignment).
   [[nodiscard]] void* reallocate_unsized(void* p, std::size_t new_size,
@@ -204,11 +206,13 @@ class general_allocator final : public allocator {
   friend struct global_instance_holder;
   struct global_tag {};
   // The global instance: constant initialization only (its state is set up on first use).
-  constexpr general_allocator(global_tag, impl* state) noexcept : impl_(state), global_(true) {}
+  constexpr general_allocator(global_tag, impl* state) noexcept
+      : impl_(state), global_(true), fast_(true) {}
 
   options options_;
   impl* impl_ = nullptr;  // lives in memory from the os layer, never from malloc
   bool global_ = false;   // global(): thread heaps in a thread_local, not a pthread key
+  bool fast_ = false;     // global_ && !options_.debug: allocate()'s fast path applies (one test)
 };
 
 }  // namespace memkit

@@ -75,6 +75,7 @@ general_allocator& general_allocator::global() noexcept { return global_holder.i
 void general_allocator::configure(const options& opts) noexcept {
   options_ = opts;
   if (options_.stack_frames > max_stack_frames) options_.stack_frames = max_stack_frames;
+  fast_ = global_ && !options_.debug;
 }
 
 // ---- allocation ---------------------------------------------------------------------------------
@@ -85,11 +86,11 @@ namespace {
 // sizes and alignments, debug mode. Out of line so the fast path needs no stack frame.
 [[gnu::noinline]] void* allocate_fallback(general_allocator::impl* im, std::size_t size,
                                           std::size_t alignment) noexcept {
-  if (im == nullptr) return nullptr;
+  if (im == nullptr) return allocation_failure();
   if (size - 1 < small_table_max && alignment <= default_alignment && !im->self->current_options().debug &&
       detail::is_power_of_two(alignment)) {
     heap* h = current_heap(im);
-    if (h == nullptr) return nullptr;
+    if (h == nullptr) return allocation_failure();
     const std::size_t cls = small_class_table[(size + 15) >> 4] -
                             static_cast<std::size_t>((size <= 8) & (alignment <= 8));
     page* pg = h->queues[0][cls].first;
@@ -104,8 +105,7 @@ namespace {
 void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexcept {
   // Fast path: the global instance, a thread that has its heap, 1..8192 bytes at alignment 1, 2,
   // 4, 8 or 16 (the bits of 0x10116), release mode. Every other case takes the fallback.
-  if (MEMKIT_LIKELY(size - 1 < small_table_max && alignment <= default_alignment && global_ &&
-                    !options_.debug &&
+  if (MEMKIT_LIKELY(size - 1 < small_table_max && alignment <= default_alignment && fast_ &&
                     ((0x10116u >> alignment) & 1u) != 0)) {
     heap* h = global_heap;
     if (MEMKIT_LIKELY(h != nullptr)) {
@@ -121,24 +121,25 @@ void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexc
 }
 
 void* general_allocator::allocate_zeroed(std::size_t size, std::size_t alignment) noexcept {
-  if (impl_ == nullptr) return nullptr;
+  if (impl_ == nullptr) return allocation_failure();
   return impl_->allocate_generic(size, alignment, true);
 }
 
 void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept {
-  if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return nullptr;
+  if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return allocation_failure(EINVAL);
   if (size == 0) size = 1;
-  if (MEMKIT_UNLIKELY(size > max_allocation_size)) return nullptr;
+  if (MEMKIT_UNLIKELY(size > max_allocation_size)) return allocation_failure();
   if (self->options_.debug) {
     void* p = debug_allocate(size, alignment);
-    if (p != nullptr && zeroed) std::memset(p, 0, size);
+    if (p == nullptr) return allocation_failure();
+    if (zeroed) std::memset(p, 0, size);
     return p;
   }
   if (alignment <= max_class_alignment) {
     const std::size_t need = alignment <= default_alignment ? size : detail::align_up(size, alignment);
     if (need <= large_max) {
       heap* h = current_heap(this);
-      if (h == nullptr) return nullptr;
+      if (h == nullptr) return allocation_failure();
       const std::size_t cls = (need <= 8 && alignment <= 8) ? 0 : class_of(need);
       void* p;
       page* pg = h->queues[0][cls].first;
@@ -151,7 +152,8 @@ void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t al
       return p;
     }
   }
-  return huge_allocate(size, alignment, zeroed);
+  void* p = huge_allocate(size, alignment, zeroed);
+  return p != nullptr ? p : allocation_failure();
 }
 
 // ---- free -----------------------------------------------------------------------------------------
@@ -236,9 +238,10 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size) noexc
 
 void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::size_t alignment) noexcept {
   if (p == nullptr) return allocate(new_size, alignment);
-  if (impl_ == nullptr || !detail::is_power_of_two(alignment)) return nullptr;
+  if (impl_ == nullptr) return allocation_failure();
+  if (!detail::is_power_of_two(alignment)) return allocation_failure(EINVAL);
   if (new_size == 0) new_size = 1;
-  if (new_size > max_allocation_size) return nullptr;
+  if (new_size > max_allocation_size) return allocation_failure();
   segment* s = segment_of(p);
   const bool huge = s->kind == segment_kind::huge;
   if (page* pg = page_of(s, p); MEMKIT_LIKELY(!huge && !pg->debug)) {
@@ -262,6 +265,7 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::
   if (huge && new_size > old_size && !options_.debug) {
     // A growing large block that could not grow in place: leave room to grow next time.
     fresh = impl_->huge_allocate(new_size, alignment, false, new_size + new_size / 2);
+    if (fresh == nullptr) return allocation_failure();
   } else {
     fresh = allocate(new_size, alignment);
   }

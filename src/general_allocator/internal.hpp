@@ -128,6 +128,14 @@ class errno_keeper {
   int saved_;
 };
 
+// Every allocation that returns null sets errno (ENOMEM, or EINVAL for a bad alignment), as C's
+// malloc does: the drop-in then returns the allocator's result as it is, with the slow paths as
+// tail calls and no stack frame on the fast path.
+[[gnu::cold]] inline void* allocation_failure(int error = ENOMEM) noexcept {
+  errno = error;
+  return nullptr;
+}
+
 // Milliseconds of a coarse monotonic clock (a few ns to read; only slow paths read it).
 std::uint64_t now_ms() noexcept;
 

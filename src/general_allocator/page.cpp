@@ -119,7 +119,7 @@ void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debu
     page* pg = q.first;
     if (pg == nullptr) {
       pg = acquire_page(h, cls, debug);
-      if (pg == nullptr) return nullptr;
+      if (pg == nullptr) return allocation_failure();
       queue_push_front(q, pg);
     }
     if (pg->free == nullptr && reuse) collect_page(h, pg);

@@ -54,18 +54,24 @@ constexpr std::size_t largest_request = PTRDIFF_MAX;
   return nullptr;
 }
 
-// allocate() of the general allocator with the C error convention.
+// The general allocator already follows the C error convention (null with errno = ENOMEM), so
+// its result is returned as it is: its slow paths are tail calls and malloc's fast path needs no
+// stack frame. Sizes above largest_request fail there too (max_allocation_size is below it).
+static_assert(memkit::general_allocator::max_allocation_size <= largest_request);
+[[gnu::noinline]] void* allocate_first(std::size_t size, std::size_t alignment) noexcept {
+  return heap().allocate(size, alignment);  // heap() reads the environment first
+}
 [[gnu::always_inline]] inline void* allocate(std::size_t size, std::size_t alignment) noexcept {
-  if (MEMKIT_UNLIKELY(size > largest_request)) return fail(ENOMEM);
-  void* p = heap().allocate(size, alignment);
-  if (MEMKIT_UNLIKELY(p == nullptr)) return fail(ENOMEM);
-  return p;
+  memkit::general_allocator* allocator = memkit::malloc_runtime::started.load(std::memory_order_acquire);
+  if (MEMKIT_UNLIKELY(allocator == nullptr)) return allocate_first(size, alignment);
+  return allocator->allocate(size, alignment);
 }
 
-// glibc's free never changes errno (since 2.33); general_allocator::free keeps it too.
+// glibc's free never changes errno (since 2.33); general_allocator::free keeps it too. A block
+// to free was allocated, so the environment has been read already: the free skips heap()'s check.
 [[gnu::always_inline]] inline void release(void* p) noexcept {
   if (p == nullptr) return;
-  heap().free(p);
+  memkit::general_allocator::global().free(p);
 }
 
 inline void* reallocate(void* p, std::size_t size) noexcept {
@@ -75,18 +81,14 @@ inline void* reallocate(void* p, std::size_t size) noexcept {
     return nullptr;
   }
   if (MEMKIT_UNLIKELY(size > largest_request)) return fail(ENOMEM);
-  void* q = heap().reallocate_unsized(p, size);
-  if (MEMKIT_UNLIKELY(q == nullptr)) return fail(ENOMEM);  // p is still the caller's
-  return q;
+  return heap().reallocate_unsized(p, size);  // on failure p is still the caller's
 }
 
 inline void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {
   std::size_t bytes = 0;
   if (MEMKIT_UNLIKELY(__builtin_mul_overflow(count, size, &bytes))) return fail(ENOMEM);
   if (MEMKIT_UNLIKELY(bytes > largest_request)) return fail(ENOMEM);
-  void* p = heap().allocate_zeroed(bytes, malloc_alignment);  // skips the memset on fresh pages
-  if (MEMKIT_UNLIKELY(p == nullptr)) return fail(ENOMEM);
-  return p;
+  return heap().allocate_zeroed(bytes, malloc_alignment);  // skips the memset on fresh pages
 }
 
 inline void* reallocate_array(void* p, std::size_t count, std::size_t size) noexcept {
