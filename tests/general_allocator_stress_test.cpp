@@ -202,3 +202,66 @@ TEST(general_allocator_stress, threads_that_come_and_go_reuse_heaps) {
 TEST(general_allocator_stress, global_instance_under_the_same_load) { run_stress(general_allocator::global(), 4); }
 
 }  // namespace
+
+namespace {
+
+// Threads allocating, filling, checking and freeing large blocks of mixed sizes at once, so that
+// new blocks take pages from blocks other threads just freed (os::move_pages) while those threads
+// go on: every block must keep exactly what its owner wrote, and calloc must see zeros.
+TEST(general_allocator_stress, large_blocks_recycled_across_threads_keep_their_contents) {
+  general_allocator::options o;
+  o.purge_delay_ms = 600000;  // keep freed blocks cached: the recycling path, whatever the speed
+  general_allocator a(o);
+  constexpr int threads = 4;
+  constexpr int rounds = 60;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 random(static_cast<std::uint64_t>(t) + 7);
+      struct held {
+        unsigned char* p = nullptr;
+        std::size_t size = 0;
+        unsigned char value = 0;
+      } blocks[3];
+      for (int r = 0; r < rounds; ++r) {
+        held& b = blocks[random() % 3];
+        if (b.p != nullptr) {
+          for (std::size_t i = 0; i < b.size; i += 4096) {
+            if (b.p[i] != b.value || b.p[b.size - 1] != b.value) {
+              failures.fetch_add(1);
+              break;
+            }
+          }
+          a.free(b.p);
+        }
+        b.size = (std::size_t{600} << 10) + random() % (std::size_t{6} << 20);
+        const bool zeroed = random() % 2 == 0;
+        b.p = static_cast<unsigned char*>(zeroed ? a.allocate_zeroed(b.size) : a.allocate(b.size));
+        if (b.p == nullptr) {
+          failures.fetch_add(1);
+          continue;
+        }
+        if (zeroed) {
+          for (std::size_t i = 0; i < b.size; i += 512) {
+            if (b.p[i] != 0) {
+              failures.fetch_add(1);
+              break;
+            }
+          }
+        }
+        b.value = static_cast<unsigned char>(r * 16 + t + 1);
+        std::memset(b.p, b.value, b.size);
+      }
+      for (auto& b : blocks)
+        if (b.p != nullptr) a.free(b.p);
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(failures.load(), 0);
+  const auto s = a.statistics();
+  EXPECT_EQ(s.large_live_bytes, 0u);
+  EXPECT_EQ(s.large_allocations, s.large_frees);
+}
+
+}  // namespace
