@@ -484,14 +484,19 @@ class vector_base {
       return *slot;
     } else if constexpr (is_small_copy<Args...>()) {
       // A wider value: build it in place, not up front (holding it across the slow path costs a
-      // round trip through the stack on every element). The slow path builds a copy, grows and
-      // places it out of line, and both paths rejoin for the increment, which is what lets GCC
-      // keep data, size and capacity in registers across a push_back loop.
+      // round trip through the stack on every element). When full, a copy is built first (an
+      // argument may be an element that the growth moves), room is made out of line, and the copy
+      // is stored through the new data pointer; both paths rejoin for the increment. Reading data_
+      // after the call is what lets GCC keep data, size and capacity in registers across a
+      // push_back loop (when the slow path stored the element itself, data_ was reloaded from
+      // memory on every element).
       T* slot;
       if (MEMKIT_LIKELY(!counts_.full())) {
         slot = ::new (static_cast<void*>(data_ + counts_.size())) T(std::forward<Args>(args)...);
       } else {
-        slot = grow_and_place_copy_or_throw(T(std::forward<Args>(args)...));
+        const T copy(std::forward<Args>(args)...);
+        make_room_for_one_or_throw();
+        slot = ::new (static_cast<void*>(data_ + counts_.size())) T(copy);
       }
       counts_.increment_size();
       return *slot;
@@ -1029,12 +1034,6 @@ class vector_base {
     return slot;
   }
 
-  // Grows for one more element and constructs `value` (a copy, so growth may move the buffer)
-  // in the first free slot without counting it; throws on failure.
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_place_copy_or_throw(const T& value) {
-    grow_full_for_one_more<true>();
-    return ::new (static_cast<void*>(data_ + counts_.size())) T(value);
-  }
   // grow_full_for_one_more() or throw, as one out-of-line call that jumps straight on to the
   // growth that applies.
   MEMKIT_DETAIL_VECTOR_NOINLINE void make_room_for_one_or_throw() { grow_full_for_one_more<true>(); }
