@@ -66,6 +66,16 @@ TEST(general_allocator_debug, interior_pointer_is_reported_with_its_block) {
   a.free(p);
 }
 
+TEST(general_allocator_debug, interior_pointer_deep_into_a_large_block_is_reported_with_it) {
+  general_allocator a(debug_options());
+  auto* p = static_cast<char*>(a.allocate(std::size_t{10} << 20));
+  // Past the first 4 MiB the pointer masks to no segment header: still named as interior.
+  EXPECT_DEATH(a.free(p + (std::size_t{9} << 20)),
+               "memkit: free of an interior pointer 0x[0-9a-f]+ \\(9437184 bytes into the 10485760-byte "
+               "block at 0x[0-9a-f]+\\)\n  block allocated at:\n    #0");
+  a.free(p);
+}
+
 TEST(general_allocator_debug, foreign_pointers_are_reported) {
   general_allocator a(debug_options());
   general_allocator other(debug_options());

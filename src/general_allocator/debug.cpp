@@ -174,13 +174,44 @@ void general_allocator::impl::report_foreign(const void* p, const char* what) no
   if (o.abort_on_error) std::abort();
 }
 
+// A pointer past the first 4 MiB of a large block masks to no segment header: looks it up among
+// the live large blocks (an error path, so a walk is fine). True if it was one, and reported.
+bool general_allocator::impl::report_interior_of_large(const void* p) noexcept {
+  const auto* c = static_cast<const unsigned char*>(p);
+  const unsigned char* start = nullptr;
+  std::size_t requested = 0;
+  void* frames[max_stack_frames];
+  std::size_t frame_count = 0;
+  bool captured = false;
+  {
+    lock_guard guard(lock);
+    for (const segment* s = huge_live; s != nullptr; s = s->next) {
+      const auto* block = reinterpret_cast<const unsigned char*>(s->pages[0].start);
+      if (c <= block || c >= block + s->huge_size) continue;
+      start = block;
+      requested = s->huge_requested;
+      frame_count = s->huge_alloc_frames;
+      std::memcpy(frames, s->huge_frames, frame_count * sizeof(void*));
+      captured = s->pages[0].record_frames != 0;
+      break;
+    }
+  }
+  if (start == nullptr) return false;
+  const options& o = self->options_;
+  write_format(o.report_fd, "memkit: free of an interior pointer %p (%zu bytes into the %zu-byte block at %p)\n", p,
+               static_cast<std::size_t>(c - start), requested, static_cast<const void*>(start));
+  section(o.report_fd, "block allocated at", frames, frame_count, captured);
+  if (o.abort_on_error) std::abort();
+  return true;
+}
+
 void general_allocator::impl::debug_free(void* p) noexcept {
   const errno_keeper keep_errno;
   const options& o = self->options_;
   const int fd = o.report_fd;
   const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(p) - 1) & ~segment_mask;
   if (!segment_map_contains(base) || reinterpret_cast<segment*>(base)->instance != this) {
-    report_foreign(p, "free of a pointer this allocator did not allocate");
+    if (!report_interior_of_large(p)) report_foreign(p, "free of a pointer this allocator did not allocate");
     return;
   }
   auto* s = reinterpret_cast<segment*>(base);

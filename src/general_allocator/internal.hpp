@@ -355,6 +355,7 @@ struct general_allocator::impl {
   bool setup_records(gpa::page* pg) noexcept;
   void release_records(gpa::page* pg) noexcept;
   void report_foreign(const void* p, const char* what) noexcept;
+  bool report_interior_of_large(const void* p) noexcept;
   // general_allocator.cpp
   void* allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept;
   void free_block(gpa::segment* s, gpa::page* pg, void* p) noexcept;
