@@ -626,6 +626,20 @@ TEST_F(general_allocator_test, purge_from_another_thread_reaches_every_heap) {
   a.free(p);
 }
 
+TEST_F(general_allocator_test, free_pages_of_exited_threads_heaps_go_back_to_the_os) {
+  general_allocator::options o;
+  o.purge_delay_ms = 60000;  // nothing is due by itself during the test
+  general_allocator a(o);
+  std::thread([&] {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 4000; ++i) blocks.push_back(a.allocate(2000));
+    for (void* p : blocks) a.free(p);  // empty pages wait on the heap's purge list
+  }).join();                           // the heap is abandoned with them
+  EXPECT_GT(a.statistics().retained_bytes, std::size_t{1} << 20);
+  a.purge();  // from another thread, while no thread has adopted the heap
+  EXPECT_LT(a.statistics().retained_bytes, std::size_t{64} << 10);
+}
+
 TEST_F(general_allocator_test, works_with_std_containers) {
   general_allocator a;
   std::vector<int, memkit::std_allocator<int>> v{memkit::std_allocator<int>(a)};

@@ -23,6 +23,7 @@ heap* general_allocator::impl::attach_heap() noexcept {
       h = abandoned;
       abandoned = h->next_abandoned;
       h->next_abandoned = nullptr;
+      has_abandoned.store(abandoned != nullptr, std::memory_order_relaxed);
     }
   }
   const std::uintptr_t tid = current_thread_id();
@@ -89,6 +90,7 @@ void general_allocator::impl::abandon_heap(heap* h) noexcept {
   lock_guard guard(lock);
   h->next_abandoned = abandoned;
   abandoned = h;
+  has_abandoned.store(true, std::memory_order_relaxed);
 }
 
 }  // namespace memkit

@@ -303,6 +303,7 @@ struct general_allocator::impl {
   gpa::spin_lock lock;                            // guards everything below
   std::atomic<gpa::heap*> heaps{nullptr};         // registry, never shrinks
   gpa::heap* abandoned = nullptr;
+  std::atomic<bool> has_abandoned{false};         // abandoned != nullptr, readable without the lock
   gpa::segment* cached = nullptr;                 // empty 4 MiB segments, pages discarded
   std::size_t cached_count = 0;
   gpa::segment* dirty_first = nullptr;            // empty segments awaiting discard, newest first

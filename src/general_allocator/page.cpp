@@ -99,16 +99,17 @@ void general_allocator::impl::drain_notified(heap* h) noexcept {
 
 void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debug) noexcept {
   if (h->notified.load(std::memory_order_relaxed) != nullptr) drain_notified(h);
+  const bool shared_work = huge_cached_count.load(std::memory_order_relaxed) != 0 ||
+                           dirty_cached.load(std::memory_order_relaxed) != 0 ||
+                           has_abandoned.load(std::memory_order_relaxed);
   if (h->purge_first[0] != nullptr || h->purge_first[1] != nullptr || h->purge_first[2] != nullptr ||
-      h->purge_requested.load(std::memory_order_relaxed) ||
-      huge_cached_count.load(std::memory_order_relaxed) != 0 ||
-      dirty_cached.load(std::memory_order_relaxed) != 0) {
+      h->purge_requested.load(std::memory_order_relaxed) || shared_work) {
     const bool everything = h->purge_requested.exchange(false, std::memory_order_relaxed);
     const std::uint64_t now = now_ms();
     purge_heap(h, now, everything);
-    // The caches are shared (and locked): look at them at most once per clock tick.
-    if (everything || ((huge_cached_count.load(std::memory_order_relaxed) != 0 ||
-                        dirty_cached.load(std::memory_order_relaxed) != 0) &&
+    // The caches are shared (and locked): look at them at most once per clock tick, and read the
+    // tick before writing it, so that threads do not fight over its cache line.
+    if (everything || (shared_work && caches_checked_ms.load(std::memory_order_relaxed) != now &&
                        caches_checked_ms.exchange(now, std::memory_order_relaxed) != now)) {
       purge_caches(now, everything);
     }

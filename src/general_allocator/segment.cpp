@@ -244,6 +244,9 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
   segment* to_discard = nullptr;
   {
     lock_guard guard(lock);
+    // Heaps of exited threads have no owner to purge their free pages: whoever looks at the caches
+    // does it for them, under the lock that keeps a starting thread from adopting one meanwhile.
+    for (heap* h = abandoned; h != nullptr; h = h->next_abandoned) purge_heap(h, now, everything);
     // Freed large blocks wait ten delays, like free pages: refaulting megabytes costs more than a
     // segment's worth of pages, and the cache is bounded by retained_limit / 2.
     segment** link = &huge_cached;
