@@ -10,6 +10,7 @@
 #include "memkit/detail/stack_trace.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -60,10 +61,47 @@ backtrace_function find_fast_backtrace() noexcept {
 
 constexpr std::size_t kept_frames_limit = 80;  // frames skipped + kept, per capture
 
+#if defined(MEMKIT_MALLOC_SHARED)
+// In the drop-in library (libmemkit_malloc.so) every frame of the allocator lies in the library's
+// own code, while the program's never does. Leading frames in that range are dropped instead of a
+// fixed count of them, which link-time inlining and tail calls change from build to build.
+struct code_range {
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+  bool contains(const void* address) const noexcept {
+    const auto a = reinterpret_cast<std::uintptr_t>(address);
+    return a >= begin && a < end;
+  }
+};
+
+int find_own_code(dl_phdr_info* info, std::size_t, void* argument) {
+  auto* range = static_cast<code_range*>(argument);
+  const auto self = reinterpret_cast<std::uintptr_t>(&find_own_code);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+    if (segment.p_type != PT_LOAD || (segment.p_flags & PF_X) == 0) continue;
+    const std::uintptr_t begin = info->dlpi_addr + segment.p_vaddr;
+    if (self >= begin && self < begin + segment.p_memsz) {
+      *range = {begin, begin + segment.p_memsz};
+      return 1;
+    }
+  }
+  return 0;
+}
+
+const code_range& own_code() noexcept {
+  static const code_range range = [] {
+    code_range found;
+    ::dl_iterate_phdr(&find_own_code, &found);
+    return found;
+  }();
+  return range;
+}
+#endif
+
 struct walk_state {
   void** frames;
   std::size_t max_frames;
-  std::size_t skip;
   std::size_t count;
 };
 
@@ -71,10 +109,6 @@ _Unwind_Reason_Code on_frame(struct _Unwind_Context* context, void* argument) {
   auto* state = static_cast<walk_state*>(argument);
   const std::uintptr_t ip = _Unwind_GetIP(context);
   if (ip == 0) return _URC_END_OF_STACK;
-  if (state->skip != 0) {
-    --state->skip;
-    return _URC_NO_REASON;
-  }
   if (state->count == state->max_frames) return _URC_END_OF_STACK;
   state->frames[state->count++] = reinterpret_cast<void*>(ip);
   return _URC_NO_REASON;
@@ -94,19 +128,32 @@ void write_all(int fd, const char* text, std::size_t length) noexcept {
 std::size_t capture_stack_trace(void** frames, std::size_t max_frames, std::size_t skip) noexcept {
   if (max_frames == 0 || capturing) return 0;
   capturing = true;
-  std::size_t count = 0;
+#if defined(MEMKIT_MALLOC_SHARED)
+  // Room for the allocator's own frames, dropped below by address.
+  constexpr std::size_t own_frames_allowance = 16;
+  const code_range& own = own_code();
+  skip = 0;
+#else
+  constexpr std::size_t own_frames_allowance = 0;
+#endif
+  // The first frame either unwinder reports is this function: skip it too.
+  void* buffer[kept_frames_limit];
+  const std::size_t wanted = std::min(max_frames + own_frames_allowance + skip + 1, kept_frames_limit);
+  std::size_t got = 0;
   if (backtrace_function fast = find_fast_backtrace()) {
-    // unw_backtrace's first frame is its caller, this function: skip it too.
-    void* buffer[kept_frames_limit];
-    const std::size_t wanted = std::min(max_frames + skip + 1, kept_frames_limit);
-    const int got = fast(buffer, static_cast<int>(wanted));
-    for (std::size_t i = skip + 1; i < static_cast<std::size_t>(got > 0 ? got : 0); ++i) frames[count++] = buffer[i];
+    const int n = fast(buffer, static_cast<int>(wanted));
+    got = n > 0 ? static_cast<std::size_t>(n) : 0;
   } else {
-    // +1: the first frame _Unwind_Backtrace reports is this function itself.
-    walk_state state{frames, max_frames, skip + 1, 0};
+    walk_state state{buffer, wanted, 0};
     _Unwind_Backtrace(on_frame, &state);
-    count = state.count;
+    got = state.count;
   }
+  std::size_t first = std::min(skip + 1, got);
+#if defined(MEMKIT_MALLOC_SHARED)
+  while (first < got && own.contains(buffer[first])) ++first;
+#endif
+  std::size_t count = 0;
+  for (std::size_t i = first; i < got && count < max_frames; ++i) frames[count++] = buffer[i];
   capturing = false;
   return count;
 }

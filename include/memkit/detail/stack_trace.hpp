@@ -13,7 +13,8 @@
 namespace memkit::detail {
 
 // Stores up to `max_frames` return addresses of the calling thread's stack in `frames`, after
-// skipping the `skip` innermost frames (capture_stack_trace's own frame is never included).
+// skipping the `skip` innermost frames (capture_stack_trace's own frame is never included). In
+// the drop-in library it skips every innermost frame inside the library's own code instead.
 // Returns how many were stored. Re-entrant calls (from an allocation made by the unwinder itself)
 // return 0.
 std::size_t capture_stack_trace(void** frames, std::size_t max_frames, std::size_t skip) noexcept;
