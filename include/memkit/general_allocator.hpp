@@ -177,9 +177,10 @@ class general_allocator final : public allocator {
   void print_statistics(int fd) const noexcept;
 
   // Debug mode: writes each live allocation (address, size and, when captured, the allocation
-  // stack trace) to `fd`, returns how many there were. Outside debug mode, reports the live block
-  // count per size class without traces and returns the live block count. Other threads should
-  // be quiet while it runs.
+  // stack trace) to `fd`, returns how many there were; blocks allocated before debug mode was
+  // switched on have no records and are summed up in one line, not counted. Outside debug mode,
+  // reports the live block count per page without traces and returns the live block count. Other
+  // threads should be quiet while it runs.
   std::size_t report_leaks(int fd) const noexcept;
 
   // Fork support: the drop-in registers these with pthread_atfork. prepare_fork takes every lock
