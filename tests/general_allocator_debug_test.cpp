@@ -210,6 +210,29 @@ TEST(general_allocator_debug, switching_debug_on_later_still_frees_older_blocks)
   EXPECT_DEATH(a.free(after), "memkit: double free");
 }
 
+TEST(general_allocator_debug, blocks_from_before_debug_mode_are_not_counted_as_leaks) {
+  general_allocator::options plain;
+  std::size_t count = 99;
+  const std::string text = capture_report(plain, [&](general_allocator& a) {
+    void* untracked = a.allocate(48);       // no records: allocated before debug mode
+    void* untracked_large = a.allocate(std::size_t{1} << 20);
+    general_allocator::options o = debug_options();
+    o.report_fd = a.current_options().report_fd;
+    a.configure(o);
+    EXPECT_EQ(a.report_leaks(o.report_fd), 0u);  // nothing traceable leaked: no output at all
+    void* leak = a.allocate(20);
+    count = a.report_leaks(o.report_fd);
+    a.free(leak);
+    a.free(untracked);
+    a.free(untracked_large);
+  });
+  EXPECT_EQ(count, 1u);
+  EXPECT_EQ(text.find("memkit: leak of 20 bytes at 0x"), 0u) << text;
+  EXPECT_NE(text.find("memkit: 1 leaks, 20 bytes in total\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("memkit: not counted: 2 live blocks ("), std::string::npos) << text;
+  EXPECT_EQ(text.find("no debug records"), std::string::npos) << text;
+}
+
 TEST(general_allocator_debug, blocks_cross_threads_in_debug_mode) {
   general_allocator a(debug_options());
   std::vector<void*> blocks;
