@@ -68,10 +68,8 @@ struct split_list {
   }
 };
 
-}  // namespace
-
 // Caller holds `lock`. Puts a freed (or shrunk donor) block on the cache list.
-static void cache_push(general_allocator::impl& im, segment* s) noexcept {
+void cache_push(general_allocator::impl& im, segment* s) noexcept {
   s->next = im.huge_cached;
   im.huge_cached = s;
   im.huge_cached_count.fetch_add(1, std::memory_order_relaxed);
@@ -80,7 +78,7 @@ static void cache_push(general_allocator::impl& im, segment* s) noexcept {
 }
 
 // Caller holds `lock`. Unlinks the cached block `*link` points at.
-static segment* cache_take(general_allocator::impl& im, segment** link) noexcept {
+segment* cache_take(general_allocator::impl& im, segment** link) noexcept {
   segment* s = *link;
   *link = s->next;
   im.huge_cached_count.fetch_sub(1, std::memory_order_relaxed);
@@ -97,7 +95,7 @@ static segment* cache_take(general_allocator::impl& im, segment** link) noexcept
 // not needed. Returns false if a move failed: the target may then have lost pages (the system
 // unmaps the destination before moving) and must be released; `touched` then counts every byte
 // moved into it, for the resident accounting.
-static bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved,
+bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved,
                           std::size_t& touched, split_list& splits, std::size_t total,
                           segment* donors) noexcept {
   const std::size_t keep = detail::align_up(sizeof(segment), os::page_size());
@@ -176,7 +174,7 @@ static bool recycle_pages(general_allocator::impl& im, char* base, std::size_t r
 
 // Reserves and commits a new huge segment for a block of `total` bytes from the header on.
 // Returns null on failure; sets `reserved`.
-static segment* reserve_huge(general_allocator::impl& im, std::size_t wanted, std::size_t total,
+segment* reserve_huge(general_allocator::impl& im, std::size_t wanted, std::size_t total,
                              std::size_t alignment, std::size_t& reserved) noexcept {
   char* base;
   if (alignment <= segment_size) {
@@ -205,13 +203,15 @@ static segment* reserve_huge(general_allocator::impl& im, std::size_t wanted, st
 }
 
 // Unmaps a huge segment no block lives in; `touched` is what it counted as resident.
-static void release_huge(general_allocator::impl& im, segment* s, std::size_t reserved,
+void release_huge(general_allocator::impl& im, segment* s, std::size_t reserved,
                          std::size_t touched) noexcept {
   im.mapped_bytes.fetch_sub(reserved, std::memory_order_relaxed);
   im.resident_bytes.fetch_sub(touched, std::memory_order_relaxed);
   segment_map_set(s, false);
   (void)os::release(s, reserved);
 }
+
+}  // namespace
 
 void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t alignment, bool zeroed,
                                              std::size_t reserve_hint) noexcept {
