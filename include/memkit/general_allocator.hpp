@@ -55,6 +55,11 @@ class general_allocator final : public allocator {
     // In debug mode, never hand out a freed address again (memory is still given back to the OS
     // when a whole page has been freed; only the addresses stay retired).
     bool never_reuse_addresses = false;
+    // In debug mode, freed blocks of up to this many bytes in all wait in a quarantine before they
+    // can be handed out again, so a double free or a write after free that comes after other
+    // allocations is still caught (first in, first out; 0: reuse at once). Large blocks (over
+    // 512 KiB) skip it.
+    std::size_t quarantine_bytes = std::size_t{256} << 10;
     // Empty segments are returned to the OS once they have been empty for this long; free pages
     // of segments that still hold blocks, and freed large blocks, after ten times this long.
     std::uint32_t purge_delay_ms = 10;

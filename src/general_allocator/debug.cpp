@@ -106,6 +106,30 @@ void general_allocator::impl::release_records(page* pg) noexcept {
   pg->records_bytes = 0;
 }
 
+// A freed block of a debug page must still hold the fill from byte `from` on: reports a use after
+// free (with the allocation and free traces) if not. True when intact (or fills are off).
+bool general_allocator::impl::check_freed_fill(page* pg, void* p, std::size_t from) noexcept {
+  const options& o = self->options_;
+  const std::size_t bs = pg->block_size;
+  auto* bytes = static_cast<unsigned char*>(p);
+  if (!o.fill_freed_memory || fill_intact(bytes + from, bs - from)) return true;
+  const std::size_t index = block_index(pg, static_cast<std::size_t>(bytes - reinterpret_cast<unsigned char*>(pg->start)));
+  debug_record* r = record_at(pg, index);
+  const bool captured = pg->record_frames != 0;
+  for (std::size_t i = from; i < bs; ++i) {
+    if (bytes[i] == freed_fill_byte) continue;
+    write_format(o.report_fd,
+                 "memkit: use after free: the %u-byte block at %p was written after it was freed "
+                 "(byte %zu is 0x%02x, expected 0x%02x)\n",
+                 static_cast<unsigned>(r->requested), p, i, bytes[i], freed_fill_byte);
+    section(o.report_fd, "allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+    section(o.report_fd, "freed at", free_frames_of(pg, r), r->free_frames, captured);
+    if (o.abort_on_error) std::abort();
+    break;
+  }
+  return false;
+}
+
 void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alignment) noexcept {
   const options& o = self->options_;
   const std::size_t canary = o.canary_bytes;
@@ -129,28 +153,14 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     const std::size_t bs = pg->block_size;
     const std::size_t index = block_index(pg, static_cast<std::size_t>(static_cast<char*>(p) - pg->start));
     debug_record* r = record_at(pg, index);
-    auto* bytes = static_cast<unsigned char*>(p);
-    if (r->state == freed && o.fill_freed_memory && !fill_intact(bytes + sizeof(block), bs - sizeof(block))) {
-      // The first word holds the free-list link; the rest must still be the fill.
-      for (std::size_t i = sizeof(block); i < bs; ++i) {
-        if (bytes[i] != freed_fill_byte) {
-          write_format(o.report_fd,
-                       "memkit: use after free: the %u-byte block at %p was written after it was freed "
-                       "(byte %zu is 0x%02x, expected 0x%02x)\n",
-                       static_cast<unsigned>(r->requested), p, i, bytes[i], freed_fill_byte);
-          section(o.report_fd, "allocated at", alloc_frames_of(pg, r), r->alloc_frames, frames != 0);
-          section(o.report_fd, "freed at", free_frames_of(pg, r), r->free_frames, frames != 0);
-          if (o.abort_on_error) std::abort();
-          break;
-        }
-      }
-    }
+    // The first word holds the free-list link; the rest must still be the fill.
+    if (r->state == freed) (void)check_freed_fill(pg, p, sizeof(block));
     r->state = live;
     r->requested = static_cast<std::uint32_t>(size);
     r->free_frames = 0;
     r->alloc_frames = static_cast<std::uint8_t>(
         pg->record_frames != 0 ? detail::capture_stack_trace(alloc_frames_of(pg, r), pg->record_frames, report_skip) : 0);
-    std::memset(bytes + size, canary_byte, bs - size < canary ? bs - size : canary);
+    std::memset(static_cast<unsigned char*>(p) + size, canary_byte, bs - size < canary ? bs - size : canary);
     return p;
   }
   void* p = huge_allocate(size + canary, alignment, false);
@@ -328,7 +338,97 @@ void general_allocator::impl::debug_free(void* p) noexcept {
     }
     return;
   }
-  free_block(s, pg, p);
+  quarantine_then_free(s, pg, p);
+}
+
+namespace {
+constexpr std::size_t quarantine_ring_bytes = std::size_t{512} << 10;  // 65,536 entries at most
+}  // namespace
+
+// Puts a block freed in debug mode (already marked freed and filled) at the back of the
+// quarantine, and frees for real the oldest blocks that no longer fit. Without a quarantine (or
+// if its ring cannot be mapped), frees the block at once.
+void general_allocator::impl::quarantine_then_free(segment* s, page* pg, void* p) noexcept {
+  const std::size_t limit = self->options_.quarantine_bytes;
+  if (limit == 0) {
+    free_block(s, pg, p);
+    return;
+  }
+  constexpr std::size_t batch = 16;  // evictions per call (the rest go with the next frees)
+  void* evicted[batch];
+  std::size_t evicted_count = 0;
+  {
+    lock_guard guard(lock);
+    if (quarantine == nullptr) {
+      if (auto ring = os::map(quarantine_ring_bytes)) {
+        quarantine = static_cast<void**>(ring.value());
+        quarantine_slots = quarantine_ring_bytes / sizeof(void*);
+      }
+    }
+    if (quarantine == nullptr) {
+      evicted[evicted_count++] = p;
+    } else {
+      if (quarantine_count == quarantine_slots) {  // full: the oldest makes room
+        evicted[evicted_count++] = quarantine[quarantine_first];
+        quarantine_held -= page_of(segment_of(quarantine[quarantine_first]), quarantine[quarantine_first])->block_size;
+        quarantine_first = (quarantine_first + 1) % quarantine_slots;
+        --quarantine_count;
+      }
+      quarantine[(quarantine_first + quarantine_count) % quarantine_slots] = p;
+      ++quarantine_count;
+      quarantine_held += pg->block_size;
+      while (quarantine_held > limit && evicted_count < batch) {
+        void* oldest = quarantine[quarantine_first];
+        quarantine_held -= page_of(segment_of(oldest), oldest)->block_size;
+        quarantine_first = (quarantine_first + 1) % quarantine_slots;
+        --quarantine_count;
+        evicted[evicted_count++] = oldest;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < evicted_count; ++i) release_from_quarantine(evicted[i]);
+}
+
+// Frees for real a block leaving the quarantine, after checking that nothing wrote to it there.
+void general_allocator::impl::release_from_quarantine(void* p) noexcept {
+  segment* owner = segment_of(p);
+  page* pg = page_of(owner, p);
+  if (pg->debug) (void)check_freed_fill(pg, p, 0);
+  free_block(owner, pg, p);
+}
+
+// Checks every block still in the quarantine for writes after free (the leak report at exit does,
+// so a write to a block that is never reused is still found).
+void general_allocator::impl::check_quarantine() noexcept {
+  constexpr std::size_t most = 16;  // reports per call
+  void* written[most];
+  std::size_t found = 0;
+  {
+    lock_guard guard(lock);
+    for (std::size_t i = 0; i < quarantine_count && found < most; ++i) {
+      void* p = quarantine[(quarantine_first + i) % quarantine_slots];
+      page* pg = page_of(segment_of(p), p);
+      if (self->options_.fill_freed_memory && !fill_intact(static_cast<unsigned char*>(p), pg->block_size))
+        written[found++] = p;
+    }
+  }
+  for (std::size_t i = 0; i < found; ++i) (void)check_freed_fill(page_of(segment_of(written[i]), written[i]), written[i], 0);
+}
+
+// Frees every block in the quarantine now (purge(), configure() turning it off).
+void general_allocator::impl::flush_quarantine() noexcept {
+  for (;;) {
+    void* oldest = nullptr;
+    {
+      lock_guard guard(lock);
+      if (quarantine_count == 0) return;
+      oldest = quarantine[quarantine_first];
+      quarantine_held -= page_of(segment_of(oldest), oldest)->block_size;
+      quarantine_first = (quarantine_first + 1) % quarantine_slots;
+      --quarantine_count;
+    }
+    release_from_quarantine(oldest);
+  }
 }
 
 std::size_t general_allocator::impl::debug_usable_size(const void* p) const noexcept {
@@ -361,6 +461,7 @@ bool general_allocator::impl::debug_resize(void* p, std::size_t new_size) noexce
 std::size_t general_allocator::report_leaks(int fd) const noexcept {
   impl* im = impl_;
   if (im == nullptr) return 0;
+  im->check_quarantine();
   std::size_t count = 0;
   std::size_t bytes = 0;
   // In debug mode, blocks allocated before it was switched on (the drop-in's own start-up, the

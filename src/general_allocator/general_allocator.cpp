@@ -73,9 +73,11 @@ general_allocator::~general_allocator() {
 general_allocator& general_allocator::global() noexcept { return global_holder.instance; }
 
 void general_allocator::configure(const options& opts) noexcept {
+  const bool release_quarantine = opts.quarantine_bytes < options_.quarantine_bytes || !opts.debug;
   options_ = opts;
   if (options_.stack_frames > max_stack_frames) options_.stack_frames = max_stack_frames;
   fast_ = global_ && !options_.debug;
+  if (impl_ != nullptr && release_quarantine) impl_->flush_quarantine();
 }
 
 // ---- allocation ---------------------------------------------------------------------------------
@@ -294,6 +296,7 @@ bool general_allocator::owns(const void* p) const noexcept {
 void general_allocator::purge() noexcept {
   impl* im = impl_;
   if (im == nullptr) return;
+  im->flush_quarantine();
   heap* h = im->is_global ? global_heap : static_cast<heap*>(pthread_getspecific(im->key));
   const std::uint64_t now = now_ms();
   if (h != nullptr) {
@@ -391,6 +394,9 @@ void general_allocator::impl::release_everything() noexcept {
     }
   }
   cached = dirty_first = dirty_last = huge_cached = huge_live = nullptr;
+  if (quarantine != nullptr) (void)os::release(quarantine, quarantine_slots * sizeof(void*));
+  quarantine = nullptr;
+  quarantine_slots = quarantine_first = quarantine_count = quarantine_held = 0;
 }
 
 }  // namespace memkit

@@ -314,6 +314,13 @@ struct general_allocator::impl {
   std::atomic<std::size_t> huge_cached_count{0};
   std::size_t huge_cached_bytes = 0;              // their resident (touched) bytes
   gpa::segment* huge_live = nullptr;              // live large blocks (leak reports)
+  // Debug mode's quarantine (debug.cpp): a ring of freed blocks not yet reusable, mapped on first
+  // use. Guarded by `lock` like the caches.
+  void** quarantine = nullptr;
+  std::size_t quarantine_slots = 0;               // ring capacity
+  std::size_t quarantine_first = 0;               // oldest entry
+  std::size_t quarantine_count = 0;
+  std::size_t quarantine_held = 0;                // bytes of the blocks in it
 
   std::atomic<std::size_t> mapped_bytes{0};
   std::atomic<std::size_t> resident_bytes{0};
@@ -356,6 +363,11 @@ struct general_allocator::impl {
   bool setup_records(gpa::page* pg) noexcept;
   void release_records(gpa::page* pg) noexcept;
   void report_foreign(const void* p, const char* what) noexcept;
+  void quarantine_then_free(gpa::segment* s, gpa::page* pg, void* p) noexcept;
+  void release_from_quarantine(void* p) noexcept;
+  void flush_quarantine() noexcept;
+  void check_quarantine() noexcept;
+  bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
   bool report_interior_of_large(const void* p) noexcept;
   // general_allocator.cpp
   void* allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept;

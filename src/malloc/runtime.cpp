@@ -42,7 +42,7 @@ struct settings {
 };
 // MEMKIT_REPORT_FILE names a file for every report instead of stderr. The other variables go
 // straight into general_allocator::options: MEMKIT_STACK_TRACES,
-// MEMKIT_STACK_FRAMES, MEMKIT_NEVER_REUSE, MEMKIT_ABORT, MEMKIT_PURGE_DELAY_MS,
+// MEMKIT_STACK_FRAMES, MEMKIT_NEVER_REUSE, MEMKIT_QUARANTINE, MEMKIT_ABORT, MEMKIT_PURGE_DELAY_MS,
 // MEMKIT_RETAINED_LIMIT.
 settings chosen;
 
@@ -94,6 +94,7 @@ void configure_from_environment() noexcept {
   if (options.stack_frames > general_allocator::max_stack_frames)
     options.stack_frames = general_allocator::max_stack_frames;
   options.never_reuse_addresses = flag("MEMKIT_NEVER_REUSE", options.never_reuse_addresses);
+  options.quarantine_bytes = number("MEMKIT_QUARANTINE", options.quarantine_bytes);
   options.abort_on_error = flag("MEMKIT_ABORT", options.abort_on_error);
   options.purge_delay_ms = static_cast<std::uint32_t>(
       number("MEMKIT_PURGE_DELAY_MS", options.purge_delay_ms));
