@@ -18,12 +18,15 @@
 //  - Empty pages are returned to the OS (os::discard) once they have stayed empty for
 //    options::purge_delay_ms, or at once when more than options::retained_limit bytes sit empty.
 //  - Requests above 512 KiB (or with large alignments) get their own mapping, which resize() and
-//    reallocate() grow in place when the address space after it is free.
+//    reallocate() grow in place when the address space after it is free. Freed ones are cached,
+//    and a new one takes the resident pages of cached ones (os::move_pages) before faulting in
+//    fresh pages.
 //  - Debug mode (options::debug) keeps a record per block: requested size, state and, optionally,
 //    the stack traces of the allocation and of the first free. It reports double frees (with the
 //    allocation, first-free and second-free traces), frees of pointers it does not own or of
 //    interior pointers, overwritten canaries after a block, writes to freed memory (found when the
-//    block is reused) and leaks. Every check is O(1) per operation.
+//    block leaves the quarantine of freed blocks or is reused) and leaks. Every check is O(1) per
+//    operation.
 //
 // Every function is thread-safe unless its comment says otherwise, and nothing here calls malloc,
 // so the allocator can BE malloc. (One exception, in debug mode with stack traces: the first
