@@ -342,7 +342,18 @@ void general_allocator::impl::debug_free(void* p) noexcept {
 }
 
 namespace {
+
 constexpr std::size_t quarantine_ring_bytes = std::size_t{512} << 10;  // 65,536 entries at most
+
+// Caller holds the lock: takes the oldest block out of the quarantine.
+void* take_oldest(general_allocator::impl& im) noexcept {
+  void* oldest = im.quarantine[im.quarantine_first];
+  im.quarantine_held -= page_of(segment_of(oldest), oldest)->block_size;
+  im.quarantine_first = (im.quarantine_first + 1) % im.quarantine_slots;
+  --im.quarantine_count;
+  return oldest;
+}
+
 }  // namespace
 
 // Puts a block freed in debug mode (already marked freed and filled) at the back of the
@@ -368,22 +379,11 @@ void general_allocator::impl::quarantine_then_free(segment* s, page* pg, void* p
     if (quarantine == nullptr) {
       evicted[evicted_count++] = p;
     } else {
-      if (quarantine_count == quarantine_slots) {  // full: the oldest makes room
-        evicted[evicted_count++] = quarantine[quarantine_first];
-        quarantine_held -= page_of(segment_of(quarantine[quarantine_first]), quarantine[quarantine_first])->block_size;
-        quarantine_first = (quarantine_first + 1) % quarantine_slots;
-        --quarantine_count;
-      }
+      if (quarantine_count == quarantine_slots) evicted[evicted_count++] = take_oldest(*this);  // full
       quarantine[(quarantine_first + quarantine_count) % quarantine_slots] = p;
       ++quarantine_count;
       quarantine_held += pg->block_size;
-      while (quarantine_held > limit && evicted_count < batch) {
-        void* oldest = quarantine[quarantine_first];
-        quarantine_held -= page_of(segment_of(oldest), oldest)->block_size;
-        quarantine_first = (quarantine_first + 1) % quarantine_slots;
-        --quarantine_count;
-        evicted[evicted_count++] = oldest;
-      }
+      while (quarantine_held > limit && evicted_count < batch) evicted[evicted_count++] = take_oldest(*this);
     }
   }
   for (std::size_t i = 0; i < evicted_count; ++i) release_from_quarantine(evicted[i]);
@@ -422,10 +422,7 @@ void general_allocator::impl::flush_quarantine() noexcept {
     {
       lock_guard guard(lock);
       if (quarantine_count == 0) return;
-      oldest = quarantine[quarantine_first];
-      quarantine_held -= page_of(segment_of(oldest), oldest)->block_size;
-      quarantine_first = (quarantine_first + 1) % quarantine_slots;
-      --quarantine_count;
+      oldest = take_oldest(*this);
     }
     release_from_quarantine(oldest);
   }
