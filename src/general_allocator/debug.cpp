@@ -91,9 +91,9 @@ bool general_allocator::impl::setup_records(page* pg) noexcept {
   auto mapped = os::map(bytes);
   if (!mapped) return false;
   pg->records = static_cast<unsigned char*>(mapped.value());
-  pg->records_bytes = bytes;
-  pg->record_size = static_cast<std::uint32_t>(record_size);
-  pg->record_frames = static_cast<std::uint32_t>(frames);
+  pg->records_bytes = static_cast<std::uint32_t>(bytes);
+  pg->record_size = static_cast<std::uint16_t>(record_size);
+  pg->record_frames = static_cast<std::uint16_t>(frames);
   mapped_bytes.fetch_add(bytes, std::memory_order_relaxed);
   return true;
 }
@@ -143,7 +143,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     void* p;
     page* pg = h->queues[1][cls].first;
     if (pg != nullptr && pg->free != nullptr) {
-      p = pop_free_block(h, pg, cls);
+      p = pop_free_block(pg);
     } else {
       p = allocate_slow(h, cls, true);
       if (p == nullptr) return nullptr;
@@ -170,7 +170,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
   s->huge_requested = size;
   s->huge_alloc_frames = static_cast<std::uint8_t>(
       frames != 0 ? detail::capture_stack_trace(s->huge_frames, frames, report_skip) : 0);
-  s->pages[0].record_frames = static_cast<std::uint32_t>(frames);
+  s->pages[0].record_frames = static_cast<std::uint16_t>(frames);
   std::memset(static_cast<unsigned char*>(p) + size, canary_byte, canary);
   return p;
 }

@@ -96,7 +96,7 @@ namespace {
     const std::size_t cls = small_class_table[(size + 15) >> 4] -
                             static_cast<std::size_t>((size <= 8) & (alignment <= 8));
     page* pg = h->queues[0][cls].first;
-    if (pg != nullptr && pg->free != nullptr) return pop_free_block(h, pg, cls);
+    if (pg != nullptr && pg->free != nullptr) return pop_free_block(pg);
     return im->allocate_slow(h, cls, false);
   }
   return im->allocate_generic(size, alignment, false);
@@ -115,7 +115,7 @@ void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexc
       const std::size_t cls = small_class_table[(size + 15) >> 4] -
                               static_cast<std::size_t>((size <= 8) & (alignment <= 8));
       page* pg = h->queues[0][cls].first;
-      if (MEMKIT_LIKELY(pg != nullptr && pg->free != nullptr)) return pop_free_block(h, pg, cls);
+      if (MEMKIT_LIKELY(pg != nullptr && pg->free != nullptr)) return pop_free_block(pg);
       return impl_->allocate_slow(h, cls, false);
     }
   }
@@ -146,7 +146,7 @@ void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t al
       void* p;
       page* pg = h->queues[0][cls].first;
       if (pg != nullptr && pg->free != nullptr) {
-        p = pop_free_block(h, pg, cls);
+        p = pop_free_block(pg);
       } else {
         p = allocate_slow(h, cls, false);
       }

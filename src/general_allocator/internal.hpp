@@ -205,17 +205,23 @@ struct page {
   char* start = nullptr;            // first block
   char* area_end = nullptr;         // end of the page's memory
   page* next = nullptr;             // queue (in use) or purge list (free)
+  // Blocks handed out since the page was taken (owner only; statistics() reads it). In the first
+  // cache line with `free` and `used`, so that counting an allocation touches no other line; the
+  // heap's per-class counters take it over when the page is released.
+  std::atomic<std::uint64_t> allocated{0};
   page* prev = nullptr;
   std::atomic<std::uintptr_t> thread_free{0};  // blocks freed by other threads | tf_* state
   page* notify_next = nullptr;      // link on the heap's notified stack
   unsigned char* records = nullptr; // debug records (debug pages only), from the os layer
-  std::size_t records_bytes = 0;
-  std::uint32_t record_size = 0;
-  std::uint32_t record_frames = 0;
+  std::uint32_t records_bytes = 0;  // at most 8192 records of at most 520 bytes
+  std::uint16_t record_size = 0;
+  std::uint16_t record_frames = 0;
   std::uint64_t reciprocal = 0;     // ceil(2^64 / block_size): block index by multiplication
   std::size_t touched_bytes = 0;    // bytes of the page that may be resident
   std::uint64_t free_since_ms = 0;  // when it became free (purge delay)
 };
+// 128 bytes: a page descriptor's address is the segment's plus a shifted index.
+static_assert(sizeof(page) == 128, "page descriptors must stay 128 bytes");
 
 struct segment {
   std::atomic<std::uintptr_t> thread_id{0};  // owning thread (0: none, or a huge segment)
@@ -256,7 +262,8 @@ struct page_queue {
   page* last = nullptr;
 };
 
-// Per-class counters of a heap. Frees are not counted on the fast path: statistics() derives them
+// Per-class counters of a heap. Allocations are counted in the pages (page::allocated) and added
+// here when a page is released. Frees are not counted on the fast path: statistics() derives them
 // as allocations minus the live blocks it finds in the pages.
 struct class_counters {
   std::atomic<std::uint64_t> allocations{0};
@@ -456,13 +463,13 @@ inline void queue_remove(page_queue& q, page* pg) noexcept {
   pg->next = pg->prev = nullptr;
 }
 
-// Hands out the first free block of `pg`, a page of class `cls` in heap `h` whose free list is
-// not empty: the step every allocation path ends with.
-inline block* pop_free_block(heap* h, page* pg, std::size_t cls) noexcept {
+// Hands out the first free block of `pg`, a page whose free list is not empty: the step every
+// allocation path ends with.
+inline block* pop_free_block(page* pg) noexcept {
   block* b = pg->free;
   pg->free = b->next;
   ++pg->used;
-  bump(h->counters[cls].allocations);
+  bump(pg->allocated);
   return b;
 }
 

@@ -125,7 +125,7 @@ void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debu
     }
     if (pg->free == nullptr && reuse) collect_page(h, pg);
     if (pg->free == nullptr && pg->capacity < pg->reserved) extend_page(this, pg);
-    if (pg->free != nullptr) return pop_free_block(h, pg, cls);
+    if (pg->free != nullptr) return pop_free_block(pg);
     if (!mark_full(pg)) continue;  // remote frees arrived: collect them on the next turn
     queue_remove(q, pg);
     pg->in_full = true;
@@ -169,6 +169,8 @@ void general_allocator::impl::release_page(heap* h, page* pg) noexcept {
   queue_remove(queue_of(h, pg), pg);
   segment* s = segment_of_page(pg);
   bump(h->counters[pg->size_class].pages, static_cast<std::uint64_t>(-1));
+  bump(h->counters[pg->size_class].allocations, pg->allocated.load(std::memory_order_relaxed));
+  pg->allocated.store(0, std::memory_order_relaxed);
   note_in_use(-static_cast<std::ptrdiff_t>(page_area_bytes(pg)));
   if (pg->debug) release_records(pg);
   pg->in_use = false;

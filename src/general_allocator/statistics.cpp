@@ -1,5 +1,6 @@
-// Statistics: per-heap counters summed on demand (the fast paths only bump counters of their own
-// heap, with no locked instruction), and their text form, written without malloc.
+// Statistics: per-heap and per-page counters summed on demand (the fast paths only bump counters
+// of their own heap's pages, with no locked instruction), and their text form, written without
+// malloc.
 #include <unistd.h>
 
 #include <cstdio>
@@ -27,7 +28,9 @@ struct general_allocator::statistics general_allocator::statistics() const noexc
     for (segment* seg = h->segments; seg != nullptr; seg = seg->next) {
       for (unsigned i = 0; i < seg->page_count; ++i) {
         const page& pg = seg->pages[i];
-        if (pg.in_use) s.size_classes[pg.size_class].live_blocks += pg.used;
+        if (!pg.in_use) continue;
+        s.size_classes[pg.size_class].live_blocks += pg.used;
+        s.size_classes[pg.size_class].allocations += pg.allocated.load(std::memory_order_relaxed);
       }
     }
   }
