@@ -51,9 +51,9 @@ TEST(general_allocator_debug, double_free_reports_allocation_first_and_second_fr
 
 TEST(general_allocator_debug, double_free_of_a_large_block_is_reported) {
   general_allocator a(debug_options());
-  void* p = a.allocate(std::size_t{2} << 20);
+  void* p = a.allocate(std::size_t{5} << 20);
   a.free(p);
-  EXPECT_DEATH(a.free(p), "memkit: double free of 0x[0-9a-f]+ \\(large block of 2097152 bytes\\)\n"
+  EXPECT_DEATH(a.free(p), "memkit: double free of 0x[0-9a-f]+ \\(large block of 5242880 bytes\\)\n"
                           "  allocated at:.*first freed at:.*freed again at:");
 }
 
@@ -73,6 +73,15 @@ TEST(general_allocator_debug, interior_pointer_deep_into_a_large_block_is_report
   EXPECT_DEATH(a.free(p + (std::size_t{9} << 20)),
                "memkit: free of an interior pointer 0x[0-9a-f]+ \\(9437184 bytes into the 10485760-byte "
                "block at 0x[0-9a-f]+\\)\n  block allocated at:\n    #0");
+  a.free(p);
+}
+
+TEST(general_allocator_debug, interior_pointer_past_a_spans_first_slice_is_reported_with_it) {
+  general_allocator a(debug_options());
+  auto* p = static_cast<char*>(a.allocate(std::size_t{1} << 20));  // a span of 64 KiB slices
+  EXPECT_DEATH(a.free(p + 300000),
+               "memkit: free of an interior pointer 0x[0-9a-f]+ \\(300000 bytes into the 1048576-byte block at "
+               "0x[0-9a-f]+\\)\n  block allocated at:\n    #0");
   a.free(p);
 }
 

@@ -177,17 +177,18 @@ TEST_F(general_allocator_test, reallocate_keeps_contents_and_old_block_on_failur
 TEST_F(general_allocator_test, large_allocations_grow_in_place_when_they_can) {
   general_allocator a;
   const std::size_t mib = std::size_t{1} << 20;
-  void* p = a.allocate(mib);
+  void* p = a.allocate(4 * mib);  // above the size classes: a mapping of its own
   ASSERT_NE(p, nullptr);
   fill(p, mib, 1);
-  // The reservation is rounded up to 4 MiB, so growth within it never moves.
-  void* q = a.reallocate_unsized(p, 3 * mib);
+  // The reservation is rounded up to 4 MiB (here 8 MiB with the header), so growth within it
+  // never moves.
+  void* q = a.reallocate_unsized(p, 7 * mib);
   EXPECT_EQ(q, p);
-  EXPECT_GE(a.usable_size(q), 3 * mib);
+  EXPECT_GE(a.usable_size(q), 7 * mib);
   EXPECT_TRUE(check(q, mib, 1));
-  std::memset(static_cast<char*>(q) + mib, 7, 2 * mib);
+  std::memset(static_cast<char*>(q) + mib, 7, 6 * mib);
   memkit::allocator& base = a;
-  EXPECT_TRUE(base.resize(q, 3 * mib, 2 * mib));  // shrinking always works in place
+  EXPECT_TRUE(base.resize(q, 7 * mib, 5 * mib));  // shrinking always works in place
   // Growing far beyond: in place if the address space after it is free, else moved; either way
   // the contents survive.
   void* r = a.reallocate_unsized(q, 64 * mib);
@@ -227,7 +228,7 @@ TEST_F(general_allocator_test, freed_large_blocks_give_their_resident_pages_to_n
   general_allocator a(long_cache());
   const std::size_t mib = std::size_t{1} << 20;
   std::vector<void*> freed;
-  for (std::size_t size : {1 * mib, 2 * mib, 3 * mib, 6 * mib}) {
+  for (std::size_t size : {4 * mib, 5 * mib, 6 * mib}) {  // above the size classes
     void* p = a.allocate(size);
     ASSERT_NE(p, nullptr);
     std::memset(p, 0xFF, size);
@@ -255,7 +256,7 @@ TEST_F(general_allocator_test, freed_large_blocks_give_their_resident_pages_to_n
   EXPECT_TRUE(check(h, 5 * mib, 3));
   // Reused again by blocks of other sizes, after it is freed.
   a.free(h);
-  for (std::size_t size : {7 * mib, 600 * std::size_t{1024}, 3 * mib}) {
+  for (std::size_t size : {7 * mib, 5 * mib, 4 * mib}) {
     void* p = a.allocate(size);
     ASSERT_NE(p, nullptr);
     fill(p, size, 9);
@@ -273,7 +274,7 @@ TEST_F(general_allocator_test, a_failed_page_move_leaves_every_block_usable) {
   for (unsigned successes = 0; successes < 6; ++successes) {
     general_allocator a(long_cache());
     std::vector<void*> freed;
-    for (std::size_t size : {1 * mib, 2 * mib, 3 * mib, 1 * mib, 2 * mib}) {
+    for (std::size_t size : {4 * mib, 5 * mib, 6 * mib, 4 * mib, 5 * mib}) {
       void* p = a.allocate(size);
       ASSERT_NE(p, nullptr);
       std::memset(p, 0xFF, size);
@@ -281,20 +282,20 @@ TEST_F(general_allocator_test, a_failed_page_move_leaves_every_block_usable) {
     }
     for (void* p : freed) a.free(p);
     os::testing::fail_after(os::testing::operation::map, successes);
-    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(8 * mib));
+    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(16 * mib));
     os::testing::clear_injected_failures();
     ASSERT_NE(z, nullptr) << successes;  // a failed move falls back to fresh memory
-    for (std::size_t i = 0; i < 8 * mib; i += 512) ASSERT_EQ(z[i], 0) << successes << " " << i;
-    fill(z, 8 * mib, 4);
+    for (std::size_t i = 0; i < 16 * mib; i += 512) ASSERT_EQ(z[i], 0) << successes << " " << i;
+    fill(z, 16 * mib, 4);
     // Whatever the cache kept is still whole.
     std::vector<void*> again;
-    for (std::size_t size : {3 * mib, 2 * mib, 1 * mib, 5 * mib}) {
+    for (std::size_t size : {6 * mib, 5 * mib, 4 * mib, 7 * mib}) {
       void* p = a.allocate(size);
       ASSERT_NE(p, nullptr);
       fill(p, size, 6);
       again.push_back(p);
     }
-    EXPECT_TRUE(check(z, 8 * mib, 4));
+    EXPECT_TRUE(check(z, 16 * mib, 4));
     for (void* p : again) {
       EXPECT_TRUE(check(p, a.usable_size(p) < mib ? a.usable_size(p) : mib, 6));
       a.free(p);
@@ -302,6 +303,43 @@ TEST_F(general_allocator_test, a_failed_page_move_leaves_every_block_usable) {
     a.free(z);
     EXPECT_EQ(a.statistics().large_live_bytes, 0u);
   }
+}
+
+TEST_F(general_allocator_test, large_class_blocks_share_freed_spans_in_place) {
+  general_allocator::options o;
+  o.purge_delay_ms = 600000;  // nothing is purged by itself during the test
+  general_allocator a(o);
+  const std::size_t kib = 1024;
+  // One 3 MiB block, freed: its slices serve blocks of other sizes, at its own addresses.
+  auto* big = static_cast<char*>(a.allocate(3072 * kib));
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 0x5A, 3072 * kib);
+  a.free(big);
+  const auto before = a.statistics();
+  EXPECT_GE(before.retained_bytes, std::size_t{3} << 20);  // resident, waiting for the purge
+  const std::size_t sizes[] = {1024 * kib, 700 * kib, 600 * kib, 300 * kib, 200 * kib};
+  std::vector<char*> small;
+  for (std::size_t i = 0; i < std::size(sizes); ++i) {
+    auto* p = static_cast<char*>(a.allocate(sizes[i]));
+    ASSERT_NE(p, nullptr);
+    EXPECT_GE(p, big);  // inside the freed span
+    EXPECT_LE(p + sizes[i], big + 3072 * kib);
+    EXPECT_TRUE(a.owns(p + sizes[i] - 1));  // every byte of a span block is the block's
+    fill(p, sizes[i], static_cast<unsigned char>(i));
+    small.push_back(p);
+  }
+  // They reused resident memory: nothing new became resident.
+  EXPECT_EQ(a.statistics().resident_bytes, before.resident_bytes);
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    EXPECT_TRUE(check(small[i], sizes[i], static_cast<unsigned char>(i)));  // no overlap
+    a.free(small[i]);
+  }
+  // Back together: one 3 MiB block fits at the same place again.
+  auto* again = static_cast<char*>(a.allocate(3072 * kib));
+  EXPECT_EQ(again, big);
+  a.free(again);
+  a.purge();  // the free slices go back to the OS
+  EXPECT_LT(a.statistics().retained_bytes, std::size_t{64} << 10);
 }
 
 TEST_F(general_allocator_test, huge_sizes_fail_with_null) {
@@ -366,13 +404,13 @@ TEST_F(general_allocator_test, os_failures_become_null_and_the_allocator_recover
 TEST_F(general_allocator_test, failed_in_place_growth_keeps_the_block) {
   general_allocator a;
   const std::size_t mib = std::size_t{1} << 20;
-  void* p = a.allocate(3 * mib);
-  fill(p, 3 * mib, 5);
+  void* p = a.allocate(5 * mib);
+  fill(p, 5 * mib, 5);
   os::testing::fail_after(os::testing::operation::map, 0);     // extend_mapping fails
   os::testing::fail_after(os::testing::operation::reserve, 0);  // and no new block either
   EXPECT_EQ(a.reallocate_unsized(p, 40 * mib), nullptr);
   os::testing::clear_injected_failures();
-  EXPECT_TRUE(check(p, 3 * mib, 5));
+  EXPECT_TRUE(check(p, 5 * mib, 5));
   a.free(p);
 }
 
@@ -380,7 +418,7 @@ TEST_F(general_allocator_test, statistics_count_live_peak_and_classes) {
   general_allocator a;
   std::vector<void*> blocks;
   for (int i = 0; i < 1000; ++i) blocks.push_back(a.allocate(48));
-  void* big = a.allocate(std::size_t{2} << 20);
+  void* big = a.allocate(std::size_t{5} << 20);
   auto s = a.statistics();
   EXPECT_EQ(s.allocations, 1001u);
   EXPECT_EQ(s.frees, 0u);
@@ -388,7 +426,7 @@ TEST_F(general_allocator_test, statistics_count_live_peak_and_classes) {
   EXPECT_EQ(s.size_classes[3].live_blocks, 1000u);
   EXPECT_GE(s.size_classes[3].pages, 1u);
   EXPECT_EQ(s.large_allocations, 1u);
-  EXPECT_GE(s.live_bytes, 48000u + (std::size_t{2} << 20));
+  EXPECT_GE(s.live_bytes, 48000u + (std::size_t{5} << 20));
   EXPECT_GE(s.peak_live_bytes, s.live_bytes);
   EXPECT_GE(s.mapped_bytes, s.live_bytes);
   EXPECT_GE(s.resident_bytes, 48000u);

@@ -7,9 +7,10 @@
 // region, and a container's inline storage when sizes are small and known.
 //
 // How it works (the model is mimalloc; see docs/general_allocator.md):
-//  - Small and medium requests are rounded up to one of about sixty size classes. Blocks of one
-//    class are carved from a page (64 KiB, 512 KiB or ~4 MiB depending on the class), and pages
-//    are carved from 4 MiB segments reserved through memkit::os at 4 MiB-aligned addresses. A
+//  - Requests up to 3.5 MiB are rounded up to one of 68 size classes. Blocks of a small or medium
+//    class are carved from a page (64 KiB or 512 KiB), and a block of a large class (above 64 KiB)
+//    takes a span of 64 KiB slices, whose memory later spans of any size reuse in place. Pages
+//    and spans come from 4 MiB segments reserved through memkit::os at 4 MiB-aligned addresses. A
 //    pointer finds its segment header by masking its address and its page by a shift: free()
 //    needs neither the size nor a search, so no pattern (Zig's gpa-degen included) makes it slower.
 //  - Each thread allocates from its own heap: a free list per page, no locks. A block freed by
@@ -17,7 +18,7 @@
 //    thread exits its heap is abandoned and adopted, whole, by the next thread that needs one.
 //  - Empty pages are returned to the OS (os::discard) once they have stayed empty for
 //    options::purge_delay_ms, or at once when more than options::retained_limit bytes sit empty.
-//  - Requests above 512 KiB (or with large alignments) get their own mapping, which resize() and
+//  - Requests above 3.5 MiB (or with large alignments) get their own mapping, which resize() and
 //    reallocate() grow in place when the address space after it is free. Freed ones are cached,
 //    and a new one takes the resident pages of cached ones (os::move_pages) before faulting in
 //    fresh pages.
@@ -60,8 +61,8 @@ class general_allocator final : public allocator {
     bool never_reuse_addresses = false;
     // In debug mode, freed blocks of up to this many bytes in all wait in a quarantine before they
     // can be handed out again, so a double free or a write after free that comes after other
-    // allocations is still caught (first in, first out; 0: reuse at once). Large blocks (over
-    // 512 KiB) skip it.
+    // allocations is still caught (first in, first out; 0: reuse at once). Blocks above 3.5 MiB
+    // skip it.
     std::size_t quarantine_bytes = std::size_t{256} << 10;
     // Empty segments are returned to the OS once they have been empty for this long; free pages
     // of segments that still hold blocks, and freed large blocks, after ten times this long.
@@ -85,7 +86,7 @@ class general_allocator final : public allocator {
   };
 
   // Most size classes there can be; statistics::size_classes has this many entries.
-  static constexpr std::size_t max_size_classes = 64;
+  static constexpr std::size_t max_size_classes = 72;
   // Longest stack trace kept in debug mode.
   static constexpr std::size_t max_stack_frames = 32;
   // Largest request ever satisfied; anything bigger returns null at once.

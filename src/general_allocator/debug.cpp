@@ -266,7 +266,7 @@ void general_allocator::impl::debug_free(void* p) noexcept {
     huge_free(s);
     return;
   }
-  page* pg = page_of(s, p);
+  page* pg = block_page(s, p);
   if (!pg->in_use || c < reinterpret_cast<unsigned char*>(pg->start)) {
     report_foreign(p, "free of a pointer this allocator did not allocate");
     return;

@@ -288,7 +288,7 @@ bool general_allocator::owns(const void* p) const noexcept {
   if (s->kind == segment_kind::huge) {
     return s->huge_live && c >= s->pages[0].start && c < s->pages[0].start + s->huge_size;
   }
-  const page* pg = page_of(s, p);
+  const page* pg = block_page(s, p);
   if (!pg->in_use) return false;
   return c >= pg->start && c < pg->start + static_cast<std::size_t>(pg->capacity) * pg->block_size;
 }

@@ -5,8 +5,10 @@
 //            segment header and the page descriptors, so any pointer into the segment finds them
 //            by masking. A segment belongs to one thread heap. Large allocations get a segment of
 //            their own ("huge" kind) sized to fit.
-//   page     a run of the segment (64 KiB small, 512 KiB medium, the whole segment for large) cut
-//            into blocks of one size class; it keeps its free blocks in an intrusive list.
+//   page     a run of the segment (64 KiB small, 512 KiB medium) cut into blocks of one size
+//            class; it keeps its free blocks in an intrusive list. Large classes (64 KiB-3.5 MiB)
+//            take a *span* of whole 64 KiB slices of a large-kind segment, one block per span;
+//            a freed span's slices serve any later span that fits, in place (segment.cpp).
 //   heap     one per thread: for each size class a queue of pages with free blocks. Full pages
 //            leave the queue and come back when a block of theirs is freed.
 //
@@ -39,17 +41,19 @@ inline constexpr std::size_t max_huge_splits = 32;  // see segment::huge_splits
 
 enum class segment_kind : std::uint8_t { small, medium, large, huge };
 inline constexpr unsigned page_kind_count = 3;  // small, medium, large
-inline constexpr unsigned page_shift_of[page_kind_count] = {16, 19, 22};
+inline constexpr unsigned page_shift_of[page_kind_count] = {16, 19, 16};  // large: slices
+inline constexpr unsigned slice_shift = 16;
+inline constexpr std::size_t slice_size = std::size_t{1} << slice_shift;  // 64 KiB
 
 // ---- size classes (size_classes.cpp) ----------------------------------------------------------
 // Class 0 is 8 bytes, 1..8 are 16..128 in steps of 16, then four classes per power of two up to
-// 512 KiB. Every class but 0 is a multiple of 16, and a request aligned up to A (A <= 64 KiB) lands
+// 3.5 MiB. Every class but 0 is a multiple of 16, and a request aligned up to A (A <= 64 KiB) lands
 // in a class whose blocks are A-aligned (see size_classes.cpp).
 
-inline constexpr std::size_t class_count = 57;
+inline constexpr std::size_t class_count = 68;
 inline constexpr std::size_t small_max = std::size_t{8} << 10;    // small pages serve up to this
 inline constexpr std::size_t medium_max = std::size_t{64} << 10;  // medium pages up to this
-inline constexpr std::size_t large_max = std::size_t{512} << 10;  // larger: own mapping
+inline constexpr std::size_t large_max = std::size_t{3584} << 10;  // larger: own mapping
 inline constexpr std::size_t max_class_alignment = std::size_t{64} << 10;
 static_assert(class_count <= general_allocator::max_size_classes);
 
@@ -202,6 +206,7 @@ struct page {
   bool purged = true;               // memory returned to the OS since last use
   bool on_purge_list = false;
   std::uint8_t index = 0;           // position in its segment
+  std::uint8_t span_head = 0;       // large-kind slice inside a span: the span's first slice
   char* start = nullptr;            // first block
   char* area_end = nullptr;         // end of the page's memory
   page* next = nullptr;             // queue (in use) or purge list (free)
@@ -232,7 +237,8 @@ struct segment {
   std::uint8_t page_count = 0;
   bool in_free_list = false;
   std::uint32_t used_pages = 0;
-  std::uint64_t free_mask = 0;      // pages not in use
+  std::uint64_t free_mask = 0;      // pages (large kind: slices) not in use
+  std::uint64_t resident_mask = 0;  // large kind: slices touched and not discarded since
   std::size_t reserved_bytes = 0;   // size of the reservation starting at this header
   segment* next = nullptr;          // heap's segment list, or the cache
   segment* prev = nullptr;
@@ -352,6 +358,8 @@ struct general_allocator::impl {
   void release_page(gpa::heap* h, gpa::page* pg) noexcept;
   // segment.cpp
   gpa::page* acquire_page(gpa::heap* h, std::size_t cls, bool debug) noexcept;
+  gpa::page* acquire_span(gpa::heap* h, std::size_t cls, bool debug) noexcept;
+  void release_span(gpa::heap* h, gpa::page* pg) noexcept;
   gpa::segment* acquire_segment(gpa::heap* h, gpa::segment_kind kind) noexcept;
   void release_segment(gpa::heap* h, gpa::segment* s) noexcept;
   void purge_heap(gpa::heap* h, std::uint64_t now, bool everything) noexcept;
@@ -488,6 +496,28 @@ void extend_page(general_allocator::impl* im, page* pg) noexcept;
 inline segment* segment_of_page(const page* pg) noexcept {
   return reinterpret_cast<segment*>(reinterpret_cast<std::uintptr_t>(pg) & ~segment_mask);
 }
+
+// Puts a free page (or a span segment's node) at the back of its heap's purge list, free since
+// `now` (owner only).
+inline void purge_list_append(heap* h, page* pg, std::uint64_t now) noexcept {
+  const unsigned kind = static_cast<unsigned>(segment_of_page(pg)->kind);
+  pg->free_since_ms = now;
+  pg->on_purge_list = true;
+  pg->next = nullptr;
+  pg->prev = h->purge_last[kind];
+  if (h->purge_last[kind] != nullptr) h->purge_last[kind]->next = pg;
+  else h->purge_first[kind] = pg;
+  h->purge_last[kind] = pg;
+}
+
+// The page descriptor of the block `p` points into: for a pointer inside a large-class span past
+// its first slice, the span's (page_of gives that slice's own, unused descriptor).
+inline page* block_page(segment* s, const void* p) noexcept {
+  page* pg = page_of(s, p);
+  if (!pg->in_use && s->kind == segment_kind::large) pg = &s->pages[pg->span_head];
+  return pg;
+}
+
 
 // Index of the block holding byte `offset` of a page: offset / block_size by a multiplication
 // (exact for every offset inside a page; a division costs several times more on the debug path).

@@ -1,4 +1,4 @@
-// Large allocations (above 512 KiB, or aligned beyond 64 KiB): each gets a segment of its own,
+// Large allocations (above 3.5 MiB, or aligned beyond 64 KiB): each gets a segment of its own,
 // reserved at a 4 MiB-aligned address with the header first, so free() finds it by the same mask
 // as small blocks. The reservation is rounded up to 4 MiB, leaving room to grow in place; beyond
 // it, os::extend_mapping grows the mapping when the address space after it is free.

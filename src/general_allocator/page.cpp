@@ -54,8 +54,9 @@ void maybe_release(general_allocator::impl* im, heap* h, page* pg) noexcept {
   const std::uintptr_t tf = pg->thread_free.load(std::memory_order_acquire);
   if ((tf & ~tf_state_mask) != 0 || (tf & tf_state_mask) == tf_notified) return;
   if (pg->in_full) return;
+  // (A large-class span holds one block: kept, it would hold its slices for one class only.)
   page_queue& q = queue_of(h, pg);
-  if (q.first == pg && pg->next == nullptr) return;
+  if (q.first == pg && pg->next == nullptr && segment_of_page(pg)->kind != segment_kind::large) return;
   im->release_page(h, pg);
 }
 
@@ -179,19 +180,16 @@ void general_allocator::impl::release_page(heap* h, page* pg) noexcept {
   pg->used = 0;
   pg->capacity = 0;
   pg->debug = false;
-  s->free_mask |= std::uint64_t{1} << pg->index;
   --s->used_pages;
-  if (pg->touched_bytes != 0) {
-    pg->free_since_ms = now_ms();
-    pg->on_purge_list = true;
-    pg->next = nullptr;
-    const unsigned kind = static_cast<unsigned>(s->kind);
-    pg->prev = h->purge_last[kind];
-    if (h->purge_last[kind] != nullptr) h->purge_last[kind]->next = pg;
-    else h->purge_first[kind] = pg;
-    h->purge_last[kind] = pg;
-    h->retained_bytes += pg->touched_bytes;
-    retained_bytes.fetch_add(pg->touched_bytes, std::memory_order_relaxed);
+  if (s->kind == segment_kind::large) {
+    release_span(h, pg);
+  } else {
+    s->free_mask |= std::uint64_t{1} << pg->index;
+    if (pg->touched_bytes != 0) {
+      h->retained_bytes += pg->touched_bytes;
+      retained_bytes.fetch_add(pg->touched_bytes, std::memory_order_relaxed);
+      purge_list_append(h, pg, now_ms());
+    }
   }
   const unsigned k = static_cast<unsigned>(s->kind);
   if (!s->in_free_list) {

@@ -47,6 +47,23 @@ void purge_list_remove(heap* h, page* pg) noexcept {
   pg->on_purge_list = false;
 }
 
+// The first of `n` consecutive set bits of `mask`, or 64 when there is no such run.
+unsigned first_run(std::uint64_t mask, unsigned n) noexcept {
+  std::uint64_t run = mask;
+  for (unsigned i = 1; i < n && run != 0; ++i) run &= mask >> i;
+  return run != 0 ? static_cast<unsigned>(__builtin_ctzll(run)) : 64u;
+}
+
+// The bits of slices [first, first + n).
+std::uint64_t run_bits(unsigned first, unsigned n) noexcept {
+  return (n >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1) << first;
+}
+
+// Bytes of the slices in `bits`.
+std::size_t slice_bytes(std::uint64_t bits) noexcept {
+  return static_cast<std::size_t>(__builtin_popcountll(bits)) << slice_shift;
+}
+
 void free_list_remove(heap* h, segment* s) noexcept {
   const unsigned k = static_cast<unsigned>(s->kind);
   if (s->free_prev != nullptr) s->free_prev->free_next = s->free_next;
@@ -168,8 +185,89 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   }
 }
 
+// Large classes take a span of whole 64 KiB slices of a large-kind segment, one block per span.
+// A freed span's slices stay free and resident for whatever span fits next, so the memory one
+// large block touched serves the next one of any size in place (mimalloc's spans, inside 4 MiB
+// segments). A segment's free resident slices wait on the purge list, represented by the
+// descriptor of its header slice (never a span), which carries their bytes in touched_bytes.
+page* general_allocator::impl::acquire_span(heap* h, std::size_t cls, bool debug) noexcept {
+  constexpr unsigned kind = static_cast<unsigned>(segment_kind::large);
+  constexpr int max_segments_looked_at = 8;  // then a new segment: bounded time
+  const std::size_t bs = class_block_size(cls);
+  const auto n = static_cast<unsigned>((bs + slice_size - 1) >> slice_shift);
+  segment* s = h->free_segments[kind];
+  unsigned first = 64;
+  for (int looked = 0; s != nullptr && looked < max_segments_looked_at; s = s->free_next, ++looked) {
+    first = first_run(s->free_mask, n);
+    if (first < 64) break;
+  }
+  if (first >= 64) {
+    s = acquire_segment(h, segment_kind::large);
+    if (s == nullptr) return nullptr;
+    first = first_run(s->free_mask, n);
+  }
+  page* pg = &s->pages[first];
+  pg->area_end = pg->start + (std::size_t{n} << slice_shift);
+  pg->size_class = static_cast<std::uint8_t>(cls);
+  pg->block_size = static_cast<std::uint32_t>(bs);
+  pg->reciprocal = ~std::uint64_t{0} / bs + 1;
+  pg->reserved = 1;
+  pg->capacity = 0;
+  pg->used = 0;
+  pg->free = nullptr;
+  pg->thread_free.store(0, std::memory_order_relaxed);
+  pg->in_full = false;
+  pg->debug = debug;
+  pg->next = pg->prev = nullptr;
+  if (debug && !setup_records(pg)) {
+    pg->area_end = pg->start + slice_size;
+    return nullptr;
+  }
+  const std::uint64_t bits = run_bits(first, n);
+  // Slices already resident leave the segment's retained count; the others become resident.
+  page* node = &s->pages[0];
+  if (const std::size_t reused = slice_bytes(bits & s->resident_mask); reused != 0) {
+    node->touched_bytes -= reused;
+    h->retained_bytes -= reused;
+    retained_bytes.fetch_sub(reused, std::memory_order_relaxed);
+    if (node->touched_bytes == 0 && node->on_purge_list) purge_list_remove(h, node);
+  }
+  resident_bytes.fetch_add(slice_bytes(bits & ~s->resident_mask), std::memory_order_relaxed);
+  s->resident_mask |= bits;
+  pg->touched_bytes = std::size_t{n} << slice_shift;  // counted above: extend_page adds nothing
+  for (unsigned j = first + 1; j < first + n; ++j) s->pages[j].span_head = static_cast<std::uint8_t>(first);
+  pg->in_use = true;
+  s->free_mask &= ~bits;
+  ++s->used_pages;
+  // Out of the list once no span of the smallest large class (2 slices) fits.
+  if (first_run(s->free_mask, 2) >= 64 && s->in_free_list) free_list_remove(h, s);
+  bump(h->counters[cls].pages);
+  note_in_use(static_cast<std::ptrdiff_t>(page_area_bytes(pg)));
+  extend_page(this, pg);
+  return pg;
+}
+
+// The slices of a freed span become free; as they stay resident, the segment's node goes to the
+// back of the purge list with their bytes. Called by release_page.
+void general_allocator::impl::release_span(heap* h, page* pg) noexcept {
+  segment* s = segment_of_page(pg);
+  const auto n = static_cast<unsigned>(page_area_bytes(pg) >> slice_shift);
+  const std::uint64_t bits = run_bits(pg->index, n);
+  s->free_mask |= bits;
+  pg->area_end = pg->start + slice_size;  // acquire_segment's layout again
+  pg->touched_bytes = 0;
+  page* node = &s->pages[0];
+  if (node->on_purge_list) purge_list_remove(h, node);
+  const std::size_t idle = slice_bytes(bits & s->resident_mask);
+  node->touched_bytes += idle;
+  h->retained_bytes += idle;
+  retained_bytes.fetch_add(idle, std::memory_order_relaxed);
+  if (node->touched_bytes != 0) purge_list_append(h, node, now_ms());
+}
+
 page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug) noexcept {
   const segment_kind kind = kind_of_class(cls);
+  if (kind == segment_kind::large) return acquire_span(h, cls, debug);
   const unsigned k = static_cast<unsigned>(kind);
   segment* s;
   unsigned index;
@@ -226,8 +324,22 @@ void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everyt
         break;
       }
       purge_list_remove(h, pg);
-      // Only what was touched (pages start 4 KiB-aligned: they begin at 64 KiB boundaries).
-      (void)os::discard(pg->start, detail::align_up(pg->touched_bytes, std::size_t{4096}));
+      segment* s = segment_of_page(pg);
+      if (s->kind == segment_kind::large) {
+        // A span segment's node (its header slice's descriptor): its free slices that are resident.
+        const std::uint64_t idle = s->free_mask & s->resident_mask;
+        for (std::uint64_t rest = idle; rest != 0;) {
+          const unsigned first = static_cast<unsigned>(__builtin_ctzll(rest));
+          const unsigned n = static_cast<unsigned>(__builtin_ctzll(~(rest >> first)));
+          (void)os::discard(reinterpret_cast<char*>(s) + (std::size_t{first} << slice_shift),
+                            std::size_t{n} << slice_shift);
+          rest &= ~run_bits(first, n);
+        }
+        s->resident_mask &= ~idle;
+      } else {
+        // Only what was touched (pages start 4 KiB-aligned: they begin at 64 KiB boundaries).
+        (void)os::discard(pg->start, detail::align_up(pg->touched_bytes, std::size_t{4096}));
+      }
       h->retained_bytes -= pg->touched_bytes;
       retained_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
       resident_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
