@@ -72,7 +72,7 @@ std::size_t random_size(std::mt19937_64& rng) {
   if (r < 700) return 1 + rng() % 256;          // mostly small
   if (r < 950) return 257 + rng() % 16000;      // medium
   if (r < 998) return 16000 + rng() % 500000;   // large pages
-  return 600000 + rng() % (3u << 20);           // own mapping
+  return 600000 + rng() % (4u << 20);           // slice spans, and own mappings above 3.5 MiB
 }
 
 double seconds_to_run() {
