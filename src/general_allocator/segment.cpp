@@ -185,6 +185,28 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   }
 }
 
+namespace {
+
+// Sets up a free page (or span), whose memory area is set, for blocks of class `cls`. False if
+// its debug records cannot be mapped.
+bool prepare_page(general_allocator::impl& im, page* pg, std::size_t cls, bool debug) noexcept {
+  const std::size_t bs = class_block_size(cls);
+  pg->size_class = static_cast<std::uint8_t>(cls);
+  pg->block_size = static_cast<std::uint32_t>(bs);
+  pg->reciprocal = ~std::uint64_t{0} / bs + 1;
+  pg->reserved = static_cast<std::uint32_t>(page_area_bytes(pg) / bs);
+  pg->capacity = 0;
+  pg->used = 0;
+  pg->free = nullptr;
+  pg->thread_free.store(0, std::memory_order_relaxed);
+  pg->in_full = false;
+  pg->debug = debug;
+  pg->next = pg->prev = nullptr;
+  return !debug || im.setup_records(pg);
+}
+
+}  // namespace
+
 // Large classes take a span of whole 64 KiB slices of a large-kind segment, one block per span.
 // A freed span's slices stay free and resident for whatever span fits next, so the memory one
 // large block touched serves the next one of any size in place (mimalloc's spans, inside 4 MiB
@@ -207,19 +229,8 @@ page* general_allocator::impl::acquire_span(heap* h, std::size_t cls, bool debug
     first = first_run(s->free_mask, n);
   }
   page* pg = &s->pages[first];
-  pg->area_end = pg->start + (std::size_t{n} << slice_shift);
-  pg->size_class = static_cast<std::uint8_t>(cls);
-  pg->block_size = static_cast<std::uint32_t>(bs);
-  pg->reciprocal = ~std::uint64_t{0} / bs + 1;
-  pg->reserved = 1;
-  pg->capacity = 0;
-  pg->used = 0;
-  pg->free = nullptr;
-  pg->thread_free.store(0, std::memory_order_relaxed);
-  pg->in_full = false;
-  pg->debug = debug;
-  pg->next = pg->prev = nullptr;
-  if (debug && !setup_records(pg)) {
+  pg->area_end = pg->start + (std::size_t{n} << slice_shift);  // under two blocks: holds one
+  if (!prepare_page(*this, pg, cls, debug)) {
     pg->area_end = pg->start + slice_size;
     return nullptr;
   }
@@ -289,19 +300,7 @@ page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug
     h->retained_bytes -= pg->touched_bytes;
     retained_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
   }
-  const std::size_t bs = class_block_size(cls);
-  pg->size_class = static_cast<std::uint8_t>(cls);
-  pg->block_size = static_cast<std::uint32_t>(bs);
-  pg->reciprocal = ~std::uint64_t{0} / bs + 1;
-  pg->reserved = static_cast<std::uint32_t>(page_area_bytes(pg) / bs);
-  pg->capacity = 0;
-  pg->used = 0;
-  pg->free = nullptr;
-  pg->thread_free.store(0, std::memory_order_relaxed);
-  pg->in_full = false;
-  pg->debug = debug;
-  pg->next = pg->prev = nullptr;
-  if (debug && !setup_records(pg)) return nullptr;
+  if (!prepare_page(*this, pg, cls, debug)) return nullptr;
   pg->in_use = true;
   s->free_mask &= ~(std::uint64_t{1} << index);
   ++s->used_pages;
