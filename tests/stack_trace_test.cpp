@@ -7,6 +7,7 @@
 #include <link.h>
 #include <sys/wait.h>
 #include <gtest/gtest.h>
+#include <search.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,11 +50,12 @@ constexpr unsigned static_function_first_line = __LINE__ + 1;
 }
 constexpr unsigned static_function_last_line = __LINE__ - 1;
 
-// A comparator called by the C library's qsort: its trace runs through libc's exported qsort.
-trace trace_in_qsort;
+// A comparator called by the C library's tsearch (which no sanitizer intercepts): its trace runs
+// through libc's exported tsearch.
+trace trace_in_tsearch;
 [[gnu::noinline]] static int compare_and_capture(const void* a, const void* b) {
-  if (trace_in_qsort.count == 0) {
-    trace_in_qsort.count = memkit::detail::capture_stack_trace(trace_in_qsort.frames, max_frames, 0);
+  if (trace_in_tsearch.count == 0) {
+    trace_in_tsearch.count = memkit::detail::capture_stack_trace(trace_in_tsearch.frames, max_frames, 0);
   }
   asm volatile("" ::: "memory");
   return *static_cast<const int*>(a) - *static_cast<const int*>(b);
@@ -89,11 +91,59 @@ std::string printed(const trace& t) {
   return text;
 }
 
-trace qsort_trace() {
-  trace_in_qsort = {};
-  int values[] = {3, 1, 2};
-  std::qsort(values, 3, sizeof(int), &compare_and_capture);
-  return trace_in_qsort;
+trace tsearch_trace() {
+  trace_in_tsearch = {};
+  static int values[] = {3, 1, 2};
+  void* root = nullptr;
+  for (int& value : values) (void)::tsearch(&value, &root, &compare_and_capture);
+  while (root != nullptr) (void)::tdelete(*static_cast<int**>(root), &root, &compare_and_capture);
+  return trace_in_tsearch;
+}
+
+// The path of the separate debug file of the object that holds `address`, by build-id
+// (/usr/lib/debug/.build-id/xx/yyyy.debug), or "" when the object has no build-id.
+std::string debug_file_of(const void* address) {
+  struct search {
+    std::uintptr_t address;
+    std::string path;
+  } wanted{reinterpret_cast<std::uintptr_t>(address), {}};
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* argument) {
+        auto* s = static_cast<search*>(argument);
+        bool contains = false;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const auto& segment = info->dlpi_phdr[i];
+          const std::uintptr_t begin = info->dlpi_addr + segment.p_vaddr;
+          if (segment.p_type == PT_LOAD && s->address >= begin && s->address < begin + segment.p_memsz) contains = true;
+        }
+        if (!contains) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const auto& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_NOTE) continue;
+          const auto* at = reinterpret_cast<const unsigned char*>(info->dlpi_addr + segment.p_vaddr);
+          const auto* end = at + segment.p_memsz;
+          while (at + sizeof(ElfW(Nhdr)) <= end) {
+            const auto* note = reinterpret_cast<const ElfW(Nhdr)*>(at);
+            const unsigned char* name = at + sizeof(ElfW(Nhdr));
+            const unsigned char* description = name + ((note->n_namesz + 3) & ~3u);
+            if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
+              char hex[3];
+              s->path = "/usr/lib/debug/.build-id/";
+              for (unsigned b = 0; b < note->n_descsz; ++b) {
+                std::snprintf(hex, sizeof hex, "%02x", description[b]);
+                s->path += hex;
+                if (b == 0) s->path += '/';
+              }
+              s->path += ".debug";
+              return 1;
+            }
+            at = description + ((note->n_descsz + 3) & ~3u);
+          }
+        }
+        return 1;
+      },
+      &wanted);
+  return wanted.path;
 }
 
 // Each test picks the symbolizer it needs and leaves libdw selected.
@@ -179,18 +229,26 @@ TEST_F(stack_trace, printed_frames_carry_name_file_line_and_object) {
 
 TEST_F(stack_trace, frames_in_the_c_library_are_named) {
   if (!libdw_installed()) GTEST_SKIP() << "libdw.so.1 is not installed";
-  const trace t = qsort_trace();
+  const trace t = tsearch_trace();
   ASSERT_GE(t.count, 3u);
   resolved_frame frame;
   ASSERT_TRUE(memkit::detail::resolve_stack_frame(t.frames[0], frame));
   ASSERT_NE(frame.function, nullptr);
   EXPECT_EQ(std::string(frame.function), "compare_and_capture(void const*, void const*)");
-  bool saw_qsort = false;
+  bool saw_tsearch = false;
   for (std::size_t i = 1; i < t.count; ++i) {
     ASSERT_TRUE(memkit::detail::resolve_stack_frame(t.frames[i], frame));
-    if (frame.function != nullptr && std::string(frame.function).find("qsort") != std::string::npos) saw_qsort = true;
+    if (frame.function != nullptr && std::string(frame.function).find("tsearch") != std::string::npos) {
+      saw_tsearch = true;
+      // The C library is stripped; its lines come from its separate debug file, when installed.
+      if (::access(debug_file_of(t.frames[i]).c_str(), R_OK) == 0) {
+        ASSERT_NE(frame.file, nullptr) << debug_file_of(t.frames[i]);
+        EXPECT_NE(std::string(frame.file).find("tsearch.c"), std::string::npos) << frame.file;
+        EXPECT_GT(frame.line, 0u);
+      }
+    }
   }
-  EXPECT_TRUE(saw_qsort) << printed(t);
+  EXPECT_TRUE(saw_tsearch) << printed(t);
 }
 
 TEST_F(stack_trace, repeated_lookups_give_the_same_answer) {
@@ -237,14 +295,14 @@ TEST_F(stack_trace, without_libdw_dladdr_names_exported_functions_only) {
   EXPECT_NE(text.find("    #0 0x"), std::string::npos) << text;
   EXPECT_NE(text.find(" (stack_trace_test+0x"), std::string::npos) << text;
   EXPECT_EQ(text.find(" at "), std::string::npos) << text;
-  // The C library's qsort is exported: dladdr names it.
-  const trace q = qsort_trace();
-  bool saw_qsort = false;
+  // The C library's tsearch is exported: dladdr names it.
+  const trace q = tsearch_trace();
+  bool saw_tsearch = false;
   for (std::size_t i = 1; i < q.count; ++i) {
     ASSERT_TRUE(memkit::detail::resolve_stack_frame(q.frames[i], frame));
-    if (frame.function != nullptr && std::string(frame.function).find("qsort") != std::string::npos) saw_qsort = true;
+    if (frame.function != nullptr && std::string(frame.function).find("tsearch") != std::string::npos) saw_tsearch = true;
   }
-  EXPECT_TRUE(saw_qsort) << printed(q);
+  EXPECT_TRUE(saw_tsearch) << printed(q);
 }
 
 TEST_F(stack_trace, libdw_comes_back_after_the_fallback) {
