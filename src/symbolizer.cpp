@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "memkit/detail/stack_trace.hpp"
 #include "memkit/os.hpp"
@@ -207,8 +209,28 @@ bool load_libdw() noexcept {
   return session != nullptr;
 }
 
+// fork: a child of a process in which another thread was symbolizing inherits `lock` held by a
+// thread it does not have, and libdw's state half-updated. It makes a fresh lock and keeps to
+// dladdr, which has no state of its own.
+bool inherited_midway = false;
+
+void after_fork_in_child() noexcept {
+  if (lock.try_lock()) {
+    lock.unlock();
+    return;
+  }
+  new (&lock) std::mutex;
+  inherited_midway = true;
+  chosen = backend::dladdr;
+}
+
 backend current_backend() noexcept {
-  if (chosen == backend::untried) chosen = load_libdw() ? backend::libdw : backend::dladdr;
+  if (inherited_midway) return backend::dladdr;
+  if (chosen == backend::untried) {
+    static bool fork_handler_installed = false;
+    if (!fork_handler_installed) fork_handler_installed = ::pthread_atfork(nullptr, nullptr, after_fork_in_child) == 0;
+    chosen = load_libdw() ? backend::libdw : backend::dladdr;
+  }
   return chosen;
 }
 
