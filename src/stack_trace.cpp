@@ -1,4 +1,5 @@
-// Stack capture and symbolization with dladdr; see include/memkit/detail/stack_trace.hpp.
+// Stack capture and printing; see include/memkit/detail/stack_trace.hpp (symbolizing is in
+// src/symbolizer.cpp).
 //
 // The unwinder: libunwind's unw_backtrace when libunwind.so.8 is installed (about 10 ns per frame
 // with its cache), else the compiler runtime's _Unwind_Backtrace (a few hundred ns per frame: it
@@ -165,34 +166,35 @@ void print_stack_trace(int fd, void* const* frames, std::size_t count) noexcept 
     return;
   }
   for (std::size_t i = 0; i < count; ++i) {
-    char line[512];
-    int length = 0;
-    // A return address points after the call; look up the byte before it so a call that ends a
-    // function is attributed to that function.
-    const auto address = reinterpret_cast<std::uintptr_t>(frames[i]);
-    Dl_info info{};
-    if (::dladdr(reinterpret_cast<void*>(address - 1), &info) != 0) {
-      const char* object = info.dli_fname != nullptr ? info.dli_fname : "?";
-      if (const char* slash = std::strrchr(object, '/')) object = slash + 1;
-      if (info.dli_sname != nullptr) {
-        length = std::snprintf(line, sizeof line, "    #%zu 0x%zx %s+0x%zx (%s)\n", i,
-                               static_cast<std::size_t>(address), info.dli_sname,
-                               static_cast<std::size_t>(address -
-                                                        reinterpret_cast<std::uintptr_t>(info.dli_saddr)),
-                               object);
-      } else {
-        length = std::snprintf(line, sizeof line, "    #%zu 0x%zx (%s+0x%zx)\n", i,
-                               static_cast<std::size_t>(address), object,
-                               static_cast<std::size_t>(address -
-                                                        reinterpret_cast<std::uintptr_t>(info.dli_fbase)));
+    // Written in pieces: demangled template names can be longer than any fixed line buffer.
+    resolved_frame frame;
+    const bool known = resolve_stack_frame(frames[i], frame);
+    char text[64];
+    int length = std::snprintf(text, sizeof text, "    #%zu 0x%zx", i, reinterpret_cast<std::size_t>(frames[i]));
+    write_all(fd, text, static_cast<std::size_t>(length));
+    if (known && frame.function != nullptr) {
+      write_all(fd, " ", 1);
+      write_all(fd, frame.function, std::strlen(frame.function));
+      length = std::snprintf(text, sizeof text, "+0x%zx", frame.function_offset);
+      write_all(fd, text, static_cast<std::size_t>(length));
+    }
+    if (known && frame.file != nullptr) {
+      write_all(fd, " at ", 4);
+      write_all(fd, frame.file, std::strlen(frame.file));
+      if (frame.line != 0) {
+        length = std::snprintf(text, sizeof text, ":%u", frame.line);
+        write_all(fd, text, static_cast<std::size_t>(length));
       }
-    } else {
-      length = std::snprintf(line, sizeof line, "    #%zu 0x%zx\n", i, static_cast<std::size_t>(address));
     }
-    if (length > 0) {
-      write_all(fd, line, static_cast<std::size_t>(length) < sizeof line ? static_cast<std::size_t>(length)
-                                                                            : sizeof line - 1);
+    if (known && frame.object != nullptr) {
+      const char* object = frame.object;
+      if (const char* slash = std::strrchr(object, '/')) object = slash + 1;
+      write_all(fd, " (", 2);
+      write_all(fd, object, std::strlen(object));
+      length = std::snprintf(text, sizeof text, "+0x%zx)", frame.object_offset);
+      write_all(fd, text, static_cast<std::size_t>(length));
     }
+    write_all(fd, "\n", 1);
   }
 }
 

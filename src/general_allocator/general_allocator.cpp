@@ -9,6 +9,7 @@
 
 #include "internal.hpp"
 #include "memkit/os.hpp"
+#include "memkit/detail/stack_trace.hpp"
 
 namespace memkit {
 using namespace gpa;
@@ -131,7 +132,9 @@ void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t al
   if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return allocation_failure(EINVAL);
   if (size == 0) size = 1;
   if (MEMKIT_UNLIKELY(size > max_allocation_size)) return allocation_failure();
-  if (self->options_.debug) {
+  // The symbolizer's own allocations (libdw's, while a report prints a trace) are plain ones:
+  // recording or checking them would recurse into the report.
+  if (self->options_.debug && !detail::symbolizing_on_this_thread()) {
     void* p = debug_allocate(size, alignment);
     if (p == nullptr) return allocation_failure();
     if (zeroed) std::memset(p, 0, size);
