@@ -216,8 +216,9 @@ class container_driver {
         });
         return;
       }
-      case 14: {  // copy, then move back (a round trip through a second container)
-        attempt(guarantee::strong, [&] {
+      case 14: {  // copy, then move back (a round trip through a second container); moving
+                  // inline elements one by one gives the basic guarantee, as std::vector's
+        attempt(guarantee::basic, [&] {
           C copy(c_);
           MEMKIT_FUZZ_CHECK(copy.size() == model_.size());
           MEMKIT_FUZZ_CHECK(std::equal(copy.begin(), copy.end(), model_.begin(), model_.end(),
