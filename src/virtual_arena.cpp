@@ -4,6 +4,14 @@
 // Poisoning rule (AddressSanitizer): inside [base_, committed_end_) exactly the bytes that are not
 // allocated are poisoned; everything outside it is left unpoisoned, because the kernel may hand
 // decommitted or released addresses to someone else and stale poison there would be a false report.
+//
+// The rule is kept by two halves: the inline fast path in the header and this file. A program built
+// with ASan may link a memkit library built without it (an installed release build); the header's
+// code then poisons (dyn_array's unused tail) and unpoisons, while this file's MEMKIT_POISON calls
+// compile to nothing. So this file unpoisons through unpoison_for_any_build(), which reaches the
+// sanitizer runtime whenever the process has one: memory this file hands out or gives back is never
+// left poisoned by the header's half, whatever the build. (It poisons only when built with ASan:
+// poisoning where the caller's inline code would not unpoison would be a false report.)
 #include "memkit/virtual_arena.hpp"
 
 #include <cerrno>
@@ -27,6 +35,19 @@ bool round_up(std::size_t bytes, std::size_t granularity, std::size_t& out) noex
 std::size_t arena_granularity(bool huge_pages) noexcept {
   const std::size_t huge = huge_pages ? os::huge_page_size() : 0;
   return huge > os::page_size() ? huge : os::page_size();
+}
+
+#if !MEMKIT_HAS_ASAN && (defined(__GNUC__) || defined(__clang__))
+// Present only when the process runs with AddressSanitizer (weak: null otherwise).
+extern "C" [[gnu::weak]] void __asan_unpoison_memory_region(void const volatile* addr, std::size_t size);
+#endif
+
+void unpoison_for_any_build([[maybe_unused]] const void* p, [[maybe_unused]] std::size_t bytes) noexcept {
+#if MEMKIT_HAS_ASAN
+  MEMKIT_UNPOISON(p, bytes);
+#elif defined(__GNUC__) || defined(__clang__)
+  if (&__asan_unpoison_memory_region != nullptr) __asan_unpoison_memory_region(p, bytes);
+#endif
 }
 
 }  // namespace
@@ -113,7 +134,7 @@ virtual_arena::~virtual_arena() { release(); }
 
 void virtual_arena::release() noexcept {
   if (base_ == nullptr) return;
-  MEMKIT_UNPOISON(base_, static_cast<std::size_t>(committed_end_ - base_));
+  unpoison_for_any_build(base_, static_cast<std::size_t>(committed_end_ - base_));
   [[maybe_unused]] auto released = os::release(base_, reserved());
   // munmap of a range we mapped can only fail on a corrupted arena; nothing sensible is left to do
   // in a destructor but to say so in checked builds.
@@ -133,7 +154,7 @@ void* virtual_arena::allocate_slow(std::size_t size, std::size_t alignment) noex
   char* end = block + size;
   if (end > ready_end_ && !make_ready(end)) return nullptr;
   cursor_ = end;
-  MEMKIT_UNPOISON(block, size);
+  unpoison_for_any_build(block, size);
   return block;
 }
 
@@ -184,7 +205,7 @@ bool virtual_arena::commit_through(char* end) noexcept {
 void virtual_arena::decommit_from(char* from) noexcept {
   if (from >= committed_end_) return;
   const auto bytes = static_cast<std::size_t>(committed_end_ - from);
-  MEMKIT_UNPOISON(from, bytes);
+  unpoison_for_any_build(from, bytes);
   if (auto decommitted = os::decommit(from, bytes); !decommitted) {
     last_error_ = decommitted.error();
     MEMKIT_POISON(from, bytes);
@@ -253,7 +274,7 @@ bool virtual_arena::resize_block(char* p, std::size_t old_size, std::size_t new_
   }
   char* end = cursor_ + growth;
   if (end > ready_end_ && !make_ready(end)) return false;
-  MEMKIT_UNPOISON(cursor_, growth);
+  unpoison_for_any_build(cursor_, growth);
   cursor_ = end;
   return true;
 }

@@ -702,6 +702,47 @@ TEST_F(block_heap_test, alignments_beyond_a_block_are_served_or_refused_clearly)
   EXPECT_EQ(heap.last_failure(), block_heap_failure::too_large);
 }
 
+// The fast path serves alignments up to 16; it used to take any value up to 16, so 0, 3 or 12 got
+// a block instead of invalid_argument (found by fuzz/block_heap_fuzz.cpp).
+TEST_F(block_heap_test, small_alignments_that_are_not_powers_of_two_are_refused) {
+  block_heap heap(1 * MiB);
+  for (std::size_t alignment : {0u, 3u, 5u, 6u, 7u, 9u, 12u, 15u}) {
+    for (std::size_t size : {1u, 24u, 200u, 5000u}) {
+      EXPECT_EQ(heap.allocate(size, alignment), nullptr) << size << " bytes, alignment " << alignment;
+      EXPECT_EQ(heap.last_failure(), block_heap_failure::invalid_argument);
+    }
+  }
+  EXPECT_EQ(heap.statistics().live_allocations, 0u);
+  for (std::size_t alignment : {1u, 2u, 4u, 8u, 16u}) {
+    void* p = heap.allocate(24, alignment);
+    ASSERT_NE(p, nullptr) << alignment;
+    heap.deallocate(p);
+  }
+}
+
+// Growing a run in place moves its guard bytes after the new size; the heap wrote them into memory
+// it still kept poisoned, which AddressSanitizer reported inside resize (found by
+// fuzz/block_heap_fuzz.cpp; the asan preset is what checks it).
+TEST_F(block_heap_test, growing_a_run_with_guard_bytes_in_place_keeps_the_guard_writable) {
+  block_heap_options options;
+  options.block_size = 256;
+  options.guard_bytes = 16;
+  block_heap heap(64 * 256, options);
+  memkit::allocator& as_allocator = heap;
+  auto* p = static_cast<unsigned char*>(heap.allocate(300));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0x5a, 300);
+  ASSERT_TRUE(as_allocator.resize(p, 300, 2000));
+  EXPECT_EQ(heap.usable_size(p), 2000u);
+  std::memset(p + 300, 0x5b, 1700);
+  EXPECT_EQ(p[299], 0x5a);
+  EXPECT_TRUE(heap.validate()) << heap.validate().problem;
+  ASSERT_TRUE(as_allocator.resize(p, 2000, 100));
+  EXPECT_TRUE(heap.validate()) << heap.validate().problem;
+  heap.deallocate(p);
+  EXPECT_EQ(heap.statistics().live_allocations, 0u);
+}
+
 TEST_F(block_heap_test, invalid_options_leave_an_empty_heap) {
   block_heap_options options;
   options.block_size = 3000;

@@ -740,3 +740,28 @@ TEST(vector_construction, swap_of_vectors_never_allocates) {
 }
 
 }  // namespace
+
+// assign(count, value) within capacity constructs the new tail, then copy-assigns the elements
+// already there; a copy assignment that threw used to leave the tail constructed but outside
+// size(), so its elements were never destroyed (found by fuzz/vector_fuzz.cpp).
+TEST(vector_assign, a_throwing_copy_assignment_within_capacity_leaks_no_element) {
+  for (long n = 1; n <= 8; ++n) {
+    counters::reset();
+    {
+      memkit::vector<counted<true>> v;
+      v.reserve(16);
+      v.push_back(counted<true>(1));
+      v.push_back(counted<true>(2));
+      const counted<true> value(7);
+      counters::throw_on(n);
+      try {
+        v.assign(6, value);
+        for (const auto& e : v) EXPECT_EQ(e.value(), 7);
+      } catch (const injected_exception&) {
+      }
+      counters::throw_on(-1);
+      EXPECT_EQ(counters::live(), static_cast<long>(v.size()) + 1) << "throw on construction/copy " << n;
+    }
+    EXPECT_EQ(counters::live(), 0) << "throw on construction/copy " << n;
+  }
+}

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "memkit/dyn_array.hpp"
 #include "memkit/os.hpp"
 #include "support/rlimit.hpp"
 
@@ -426,6 +427,33 @@ TEST_F(virtual_arena_test, a_reservation_beyond_rlimit_as_fails_cleanly_in_a_chi
         _exit(refused && threw && small_works ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+// Addresses a released arena gave back are reused by the next reservation, with whatever shadow
+// state AddressSanitizer still holds for them. A dyn_array (inline code, built with the caller's
+// flags) poisons its unused capacity; when memkit's library is built without ASan under a program
+// built with it, the arena's own poisoning compiles to nothing, and the next arena used to hand out
+// blocks that were still poisoned (found by fuzz/virtual_arena_fuzz.cpp). The asan preset runs this
+// test a second time against a library built without ASan (virtual_arena_test_library_without_asan).
+TEST_F(virtual_arena_test, handed_out_memory_is_writable_where_a_released_array_was_poisoned) {
+  constexpr std::size_t elements = 2 * MiB;  // 8 MiB of std::uint32_t
+  void* first_base = nullptr;
+  {
+    memkit::dyn_array<std::uint32_t> array(elements, {.commit_step = 64 * 1024, .prefault_step = 16 * 1024});
+    array.reserve(elements / 2);  // the unused capacity (4 MiB) is poisoned
+    array.push_back(1);
+    first_base = array.data();
+  }
+  virtual_arena arena(elements * sizeof(std::uint32_t), {.commit_step = 64 * 1024, .prefault_step = 16 * 1024});
+  if (arena.base() != first_base) GTEST_SKIP() << "the system placed the second reservation elsewhere";
+  ASSERT_NE(arena.allocate(8), nullptr);
+  auto* block = static_cast<unsigned char*>(arena.allocate(MiB));
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 0xab, MiB);  // use-after-poison here when stale poison survives
+  EXPECT_EQ(block[MiB - 1], 0xab);
+  ASSERT_TRUE(arena.resize(block, MiB, 2 * MiB));
+  std::memset(block + MiB, 0xcd, MiB);
+  EXPECT_EQ(block[2 * MiB - 1], 0xcd);
 }
 
 #if MEMKIT_HAS_ASAN

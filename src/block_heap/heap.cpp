@@ -490,7 +490,9 @@ inline void block_heap::fail(block_heap_failure why) noexcept {
 // from the class's first partial page, or a run; everything else goes through allocate_slow().
 void* block_heap::allocate(std::size_t size, std::size_t alignment,
                            memkit::source_location where) noexcept {
-  if (MEMKIT_LIKELY(fast_ && alignment <= 16)) {
+  // Alignments 1, 2, 4, 8 and 16 (bits of 0x10116) take the fast path; anything else, zero and
+  // the other small values included, goes to the slow path, which refuses non-powers of two.
+  if (MEMKIT_LIKELY(fast_ && alignment <= 16 && ((0x10116u >> alignment) & 1u) != 0)) {
     if (size - 1 < small_limit_) {  // size 0 wraps around and takes the slow path
       size_class& c = classes_[class_of_[(size + 15) >> 4]];
       if (MEMKIT_LIKELY(c.partial_head != npos)) {
@@ -960,7 +962,8 @@ bool block_heap::resize_locked(void* pointer, std::size_t new_size) noexcept {
     tags_[block].slack =
         static_cast<std::uint32_t>((std::size_t{tags_[block].length} << block_shift_) - new_size);
   }
-  MEMKIT_UNPOISON(p, new_size);
+  // The guard is the heap's to write (allocation unpoisons it with the block the same way).
+  MEMKIT_UNPOISON(p, new_size + guard);
   if (options_.fill_patterns && new_size > old_requested)
     std::memset(p + old_requested, allocated_fill, new_size - old_requested);
   if (guard != 0) std::memset(p + new_size, guard_fill, guard);

@@ -206,9 +206,10 @@ class vector_base {
     if (count > size()) {
       // Construct the tail first: `value` may be one of the elements about to be overwritten.
       std::uninitialized_fill_n(data_ + counts_.size(), count - size(), value);
+      // The tail is constructed: count it before the assignments below, which may throw.
+      counts_.set_size(static_cast<stored_size>(count));
       const T* source = &value;
       std::fill_n(data_, common, *source);
-      counts_.set_size(static_cast<stored_size>(count));
     } else {
       T copy(value);  // `value` may live in the tail destroyed below
       std::fill_n(data_, common, copy);
