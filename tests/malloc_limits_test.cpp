@@ -7,17 +7,15 @@
 // pile up mappings (the bound is explained there).
 #include <gtest/gtest.h>
 
-#include "memkit/detail/config.hpp"
-
 #if !defined(MEMKIT_MALLOC_TESTS)
 
 // Sanitizer builds: the drop-in is not built (the sanitizer owns malloc), and the C++ API's
-// scenarios are not run either: ASan and TSan reserve terabytes of shadow address space and map
-// more as the process runs; under RLIMIT_AS their own mappings fail and they abort the process
-// themselves, so the child would test the sanitizer, not memkit.
+// scenarios are not run either: at the limit the sanitizer's own allocator fails first and ends
+// the process (ASan: "allocator is out of memory", then "internal allocator is out of memory",
+// exit 1; it does not return null), so the child would test the sanitizer, not memkit.
 TEST(malloc_limits, not_run_in_sanitizer_builds) {
-  GTEST_SKIP() << "RLIMIT_AS and sanitizers do not mix: the sanitizer's own mappings fail under "
-                  "the limit and it aborts; the drop-in is not built there either";
+  GTEST_SKIP() << "RLIMIT_AS and sanitizers do not mix: at the limit the sanitizer's own allocator "
+                  "fails and ends the process; the drop-in is not built there either";
 }
 
 #else
