@@ -194,8 +194,8 @@ void refusals() {
   const request requests[] = {{"malloc", 0},           {"calloc", 1},
                               {"aligned_alloc/4K", 4 * KiB}, {"aligned_alloc/1M", MiB},
                               {"aligned_alloc/8M", 8 * MiB}};
-  // Sizes: beyond the limit by far, about the whole budget, and a size-class block (3 MiB) after
-  // the budget is mostly taken by a block the test holds.
+  // Sizes: four times the budget, the budget itself (with its header it cannot fit in what is
+  // left of the budget) and 1 TiB.
   for (const request& r : requests) {
     for (std::size_t size : {beyond, budget, std::size_t{1} << 40}) {
       errno = 0;
