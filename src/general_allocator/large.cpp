@@ -265,7 +265,15 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
           cache_push(*this, d);
         }
       }
-      return nullptr;
+      // Freed memory kept for reuse (cached blocks, empty pages and segments) holds address space
+      // and commit charge: under a limit, give it back and, if that unmapped anything, try once
+      // more before refusing.
+      const std::size_t mapped_before = mapped_bytes.load(std::memory_order_relaxed);
+      self->purge();
+      if (mapped_bytes.load(std::memory_order_relaxed) < mapped_before) {
+        s = reserve_huge(*this, wanted, total, alignment, reserved);
+      }
+      if (s == nullptr) return nullptr;
     }
   }
   if (donors != nullptr &&
