@@ -1,7 +1,13 @@
-// Large allocations (above 3.5 MiB, or aligned beyond 64 KiB): each gets a segment of its own,
-// reserved at a 4 MiB-aligned address with the header first, so free() finds it by the same mask
-// as small blocks. The reservation is rounded up to 4 MiB, leaving room to grow in place; beyond
-// it, os::extend_mapping grows the mapping when the address space after it is free.
+// Large allocations (above 3.5 MiB, or aligned beyond 64 KiB), and blocks that reallocate() grows
+// beyond general_allocator::growth_threshold: each gets a segment of its own, reserved at a 4 MiB-
+// aligned address with the header first, so free() finds it by the same mask as small blocks.
+// Only the block's bytes are committed (huge_committed); the rest of the reservation is address
+// space only, so a growing block reserves generously (growth_room times its size) at no cost in
+// memory or commit charge. Growth commits further pages in place (at least doubling the committed
+// part, so a block grown by small steps makes one system call per doubling); beyond the
+// reservation, os::extend_mapping grows it when the address space after it is free, and otherwise
+// huge_move() moves the block's page tables to a new, larger reservation with mremap: no byte is
+// copied, and a failure leaves the block where it was. Shrinking decommits the tail.
 //
 // Freed blocks are cached and returned to the OS after the purge delay. A new block reuses the
 // best-fitting cached one, and where that (or a fresh reservation) has fewer resident pages than
@@ -12,8 +18,11 @@
 //
 // Resident pages of a block are tracked as a prefix: pages[0].touched_bytes from the header on.
 // Memory beyond it has never been written since the OS mapped it, so it reads as zero.
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -33,6 +42,35 @@ constexpr std::size_t min_recycled = std::size_t{64} << 10;
 
 // Cleared at the first ENOTSUP from os::move_pages (systems without mremap).
 std::atomic<bool> recycling_supported{true};
+
+// A growing block reserves this many times the bytes it needs (rounded up to 4 MiB), so that it
+// can double twice in place before it has to move; see docs/general_allocator.md.
+constexpr std::size_t growth_room = 4;
+
+// Beyond this much address space mapped by the allocator, a growing block reserves only what it
+// needs: address space is cheap, but a 47-bit user space and RLIMIT_AS are finite.
+constexpr std::size_t growth_reservation_bound = std::size_t{64} << 30;
+
+// A shrinking block gives back (decommits) its committed tail when it is at least this long.
+constexpr std::size_t min_decommit = std::size_t{64} << 10;
+
+// Bytes (from the header on) a growing block of `total` bytes reserves.
+std::size_t growth_reservation(const general_allocator::impl& im, std::size_t total) noexcept {
+  const std::size_t exact = detail::align_up(total, segment_size);
+  if (total > general_allocator::max_allocation_size) return exact;
+  const std::size_t roomy = detail::align_up(total * growth_room, segment_size);
+  if (im.mapped_bytes.load(std::memory_order_relaxed) + roomy > growth_reservation_bound) return exact;
+  return roomy;
+}
+
+// The end of the committed part when a block needs `total` bytes and has `committed`: at least
+// double, so that growth by small steps costs one system call per doubling; never beyond the
+// reservation.
+std::size_t commit_target(std::size_t total, std::size_t committed, std::size_t reserved) noexcept {
+  const std::size_t doubled = 2 * committed;
+  const std::size_t target = doubled > total ? doubled : total;
+  return target < reserved ? target : reserved;
+}
 
 std::size_t header_bytes_for(std::size_t alignment) noexcept {
   const std::size_t page_bytes = os::page_size();
@@ -142,6 +180,7 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
     // A donor that gave everything no longer exists; its resident bytes now count for the target.
     if (intact != 0) {
       d->reserved_bytes = intact;
+      d->huge_committed = intact;
       d->pages[0].touched_bytes = intact;
       trim_splits(d, intact);
       d->next = back;
@@ -172,14 +211,19 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
   return ok;
 }
 
-// Reserves and commits a new huge segment for a block of `total` bytes from the header on.
-// Returns null on failure; sets `reserved`.
+// Reserves a new huge segment of at least `wanted` bytes (at least `total` when that much address
+// space cannot be had) and commits its first `total` bytes. Returns null on failure; sets
+// `reserved`.
 segment* reserve_huge(general_allocator::impl& im, std::size_t wanted, std::size_t total,
                              std::size_t alignment, std::size_t& reserved) noexcept {
   char* base;
   if (alignment <= segment_size) {
-    reserved = detail::align_up(wanted, segment_size);
+    reserved = detail::align_up(wanted > total ? wanted : total, segment_size);
     auto r = os::reserve_aligned(reserved, segment_size);
+    if (!r && reserved > detail::align_up(total, segment_size)) {
+      reserved = detail::align_up(total, segment_size);
+      r = os::reserve_aligned(reserved, segment_size);
+    }
     if (!r) return nullptr;
     base = static_cast<char*>(r.value());
   } else {
@@ -192,7 +236,7 @@ segment* reserve_huge(general_allocator::impl& im, std::size_t wanted, std::size
     (void)os::release(raw, static_cast<std::size_t>(base - raw));
     (void)os::release(base + reserved, segment_size);
   }
-  if (!os::commit(base, reserved)) {
+  if (!os::commit(base, total)) {
     (void)os::release(base, reserved);
     return nullptr;
   }
@@ -250,13 +294,32 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   }
   std::size_t reserved;
   std::size_t touched;
+  std::size_t committed;
   split_list splits(s);
   if (s != nullptr) {
     reserved = s->reserved_bytes;
     touched = touched_of(s);
+    committed = s->huge_committed;
+    if (committed < total) {
+      // The cached block was committed only as far as its last use.
+      const std::size_t target = commit_target(total, committed, reserved);
+      if (!os::commit(reinterpret_cast<char*>(s) + committed, target - committed)) {
+        {
+          lock_guard guard(lock);
+          cache_push(*this, s);
+          while (segment* d = donors) {
+            donors = d->next;
+            cache_push(*this, d);
+          }
+        }
+        return nullptr;
+      }
+      committed = s->huge_committed = target;
+    }
   } else {
     s = reserve_huge(*this, wanted, total, alignment, reserved);
     touched = 0;
+    committed = total;
     if (s == nullptr) {
       if (donors != nullptr) {
         lock_guard guard(lock);
@@ -274,9 +337,11 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
     touched = 0;
     splits = split_list();
     s = reserve_huge(*this, wanted, total, alignment, reserved);
+    committed = total;
     if (s == nullptr) return nullptr;
   }
   new (s) segment();
+  s->huge_committed = committed;
   splits.store(s);
   s->instance = this;
   s->kind = segment_kind::huge;
@@ -346,26 +411,44 @@ void general_allocator::impl::huge_free(segment* s) noexcept {
 bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size) noexcept {
   if (new_size > max_allocation_size) return false;
   const std::size_t total = detail::align_up(s->huge_offset + new_size, os::page_size());
+  char* base = reinterpret_cast<char*>(s);
   std::size_t reserved = s->reserved_bytes;
+  std::size_t committed = s->huge_committed;
   if (total > reserved) {
-    // Only the last mapping of the reservation can grow.
-    const std::size_t last = s->huge_split_count != 0 ? s->huge_splits[s->huge_split_count - 1] : 0;
-    const std::size_t grown = detail::align_up(total, segment_size);
-    char* base = reinterpret_cast<char*>(s);
+    // The mapping that ends the reservation grows when the address space after it is free: the
+    // reserved-only tail, or the last piece when all of it is committed (its growth is then
+    // committed too).
+    const std::size_t last = committed < reserved ? committed
+                             : s->huge_split_count != 0 ? s->huge_splits[s->huge_split_count - 1] : 0;
+    std::size_t grown = growth_reservation(*this, total);
+    if (grown < total) grown = detail::align_up(total, segment_size);
     if (!os::extend_mapping(base + last, reserved - last, grown - last)) return false;
     mapped_bytes.fetch_add(grown - reserved, std::memory_order_relaxed);
+    if (committed == reserved) s->huge_committed = committed = grown;
     s->reserved_bytes = reserved = grown;
-  } else if (reserved - detail::align_up(total, segment_size) >= 2 * segment_size) {
-    // Shrunk well below the reservation: give the tail back.
-    const std::size_t kept = detail::align_up(total, segment_size);
-    if (os::release(reinterpret_cast<char*>(s) + kept, reserved - kept)) {
-      mapped_bytes.fetch_sub(reserved - kept, std::memory_order_relaxed);
-      s->reserved_bytes = kept;
-      trim_splits(s, kept);
-      if (s->pages[0].touched_bytes > kept) {
-        resident_bytes.fetch_sub(s->pages[0].touched_bytes - kept, std::memory_order_relaxed);
-        s->pages[0].touched_bytes = kept;
+  }
+  if (total > committed) {
+    const std::size_t target = commit_target(total, committed, reserved);
+    if (!os::commit(base + committed, target - committed)) return false;
+    s->huge_committed = committed = target;
+  } else if (total < committed) {
+    if (reserved - detail::align_up(total, segment_size) >= 2 * segment_size) {
+      // Shrunk well below the reservation: give the tail back.
+      const std::size_t kept = detail::align_up(total, segment_size);
+      if (os::release(base + kept, reserved - kept)) {
+        mapped_bytes.fetch_sub(reserved - kept, std::memory_order_relaxed);
+        s->reserved_bytes = reserved = kept;
+        if (committed > kept) s->huge_committed = committed = kept;
+        trim_splits(s, kept);
       }
+    }
+    if (committed - total >= min_decommit && os::decommit(base + total, committed - total)) {
+      s->huge_committed = committed = total;
+      trim_splits(s, total);
+    }
+    if (s->pages[0].touched_bytes > committed) {
+      resident_bytes.fetch_sub(s->pages[0].touched_bytes - committed, std::memory_order_relaxed);
+      s->pages[0].touched_bytes = committed;
     }
   }
   const std::size_t old_size = s->huge_size;
@@ -384,6 +467,115 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size) noex
     note_in_use(-static_cast<std::ptrdiff_t>(old_size - s->huge_size));
   }
   return true;
+}
+
+void* general_allocator::impl::huge_move(segment* s, std::size_t new_size) noexcept {
+  // A block aligned beyond 4 MiB sits 4 MiB into an unaligned reservation: it is copied instead.
+  if (new_size > max_allocation_size || s->huge_offset >= segment_size ||
+      !recycling_supported.load(std::memory_order_relaxed)) {
+    return nullptr;
+  }
+  const std::size_t total = detail::align_up(s->huge_offset + new_size, os::page_size());
+  const std::size_t old_reserved = s->reserved_bytes;
+  const std::size_t old_committed = s->huge_committed;
+  std::size_t reserved = growth_reservation(*this, total);
+  auto r = os::reserve_aligned(reserved, segment_size);
+  if (!r && reserved > detail::align_up(total, segment_size)) {
+    reserved = detail::align_up(total, segment_size);
+    r = os::reserve_aligned(reserved, segment_size);
+  }
+  if (!r) return nullptr;
+  char* from = reinterpret_cast<char*>(s);
+  char* to = static_cast<char*>(r.value());
+  const split_list splits(s);  // the header moves with the block
+  {
+    lock_guard guard(lock);  // off the live list while its header is nowhere
+    if (s->prev != nullptr) s->prev->next = s->next;
+    else huge_live = s->next;
+    if (s->next != nullptr) s->next->prev = s->prev;
+  }
+  segment_map_set(s, false);
+  // Each piece lies in one mapping and moves by one mremap; the last one grows to `total` on the
+  // way (its new pages are committed and read as zero). Without splits, that is the only call.
+  std::uint32_t moved = 0;  // pieces moved so far
+  bool ok = true;
+  for (std::size_t begin = 0;; ++moved) {
+    const bool last = moved == splits.count;
+    const std::size_t end = last ? old_committed : splits.at[moved];
+    const os::status st = last ? os::move_and_grow_pages(from + begin, end - begin, to + begin, total - begin)
+                               : os::move_pages(from + begin, end - begin, to + begin);
+    if (!st) {
+      if (st.error() == ENOTSUP) recycling_supported.store(false, std::memory_order_relaxed);
+      ok = false;
+      break;
+    }
+    if (last) break;
+    begin = end;
+  }
+  if (!ok) {
+    // Put back the pieces that moved: into the holes they left, so this cannot run short of address
+    // space; only the kernel failing to allocate its own bookkeeping could stop it.
+    for (std::uint32_t k = 0; k < moved; ++k) {
+      const std::size_t begin = k == 0 ? 0 : splits.at[k - 1];
+      if (!os::move_pages(to + begin, splits.at[k] - begin, from + begin)) {
+        static const char message[] = "memkit: a large block could not be moved back after a failed move\n";
+        (void)!::write(2, message, sizeof message - 1);
+        std::abort();
+      }
+    }
+    (void)os::release(to, reserved);
+    segment_map_set(s, true);
+    lock_guard guard(lock);
+    s->prev = nullptr;
+    s->next = huge_live;
+    if (huge_live != nullptr) huge_live->prev = s;
+    huge_live = s;
+    return nullptr;
+  }
+  if (old_reserved > old_committed) (void)os::release(from + old_committed, old_reserved - old_committed);
+  auto* t = reinterpret_cast<segment*>(to);
+  mapped_bytes.fetch_add(reserved, std::memory_order_relaxed);
+  mapped_bytes.fetch_sub(old_reserved, std::memory_order_relaxed);
+  t->reserved_bytes = reserved;
+  t->huge_committed = total;
+  const std::size_t old_size = t->huge_size;
+  t->huge_size = total - t->huge_offset;
+  t->huge_requested = new_size;
+  t->pages[0].start = to + t->huge_offset;
+  t->pages[0].area_end = t->pages[0].start + t->huge_size;
+  large_live_bytes.fetch_add(t->huge_size - old_size, std::memory_order_relaxed);
+  note_in_use(static_cast<std::ptrdiff_t>(t->huge_size - old_size));
+  if (total > t->pages[0].touched_bytes) {
+    resident_bytes.fetch_add(total - t->pages[0].touched_bytes, std::memory_order_relaxed);
+    t->pages[0].touched_bytes = total;
+  }
+  segment_map_set(t, true);
+  {
+    lock_guard guard(lock);
+    t->prev = nullptr;
+    t->next = huge_live;
+    if (huge_live != nullptr) huge_live->prev = t;
+    huge_live = t;
+  }
+  return t->pages[0].start;
+}
+
+void* general_allocator::impl::grow_block(void* p, std::size_t copy_bytes, std::size_t new_size,
+                                          std::size_t alignment) noexcept {
+  if (new_size > max_allocation_size) return allocation_failure();
+  segment* s = segment_of(p);
+  if (s->kind == segment_kind::huge) {
+    if (huge_resize(s, new_size)) return p;
+    if (void* moved = huge_move(s, new_size)) return moved;
+  }
+  // A block of a size class (or one that could not move): copied, once, into a block with room.
+  const std::size_t offset = header_bytes_for(alignment);
+  const std::size_t total = detail::align_up(offset + new_size, os::page_size());
+  void* fresh = huge_allocate(new_size, alignment, false, growth_reservation(*this, total) - offset);
+  if (fresh == nullptr) return allocation_failure();
+  std::memcpy(fresh, p, copy_bytes < new_size ? copy_bytes : new_size);
+  self->free(p);
+  return fresh;
 }
 
 }  // namespace memkit
