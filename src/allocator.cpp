@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "memkit/general_allocator.hpp"
 #include "memkit/os.hpp"
 
 namespace memkit {
@@ -64,8 +65,80 @@ bool malloc_allocator::do_is_equal(const allocator& other) const noexcept {
   return dynamic_cast<const malloc_allocator*>(&other) != nullptr;
 }
 
+// ---- hybrid_allocator ------------------------------------------------------------------------------
+// Which allocator owns a block follows from its size alone: a block is given back with a size
+// between the one requested and the one reported, both on the same side of the threshold, and
+// resize() never lets a block cross it.
+
+static_assert(hybrid_allocator::large_block_threshold == general_allocator::growth_threshold,
+              "large blocks must be those general_allocator grows in place");
+
+namespace {
+
+hybrid_allocator hybrid_instance;
+
+constexpr std::size_t threshold = hybrid_allocator::large_block_threshold;
+
+bool is_large(std::size_t size) noexcept { return size >= threshold; }
+
+}  // namespace
+
+hybrid_allocator& hybrid_allocator::instance() noexcept { return hybrid_instance; }
+
+void* hybrid_allocator::do_allocate(std::size_t size, std::size_t alignment) noexcept {
+  if (MEMKIT_LIKELY(!is_large(size) && malloc_aligns(alignment))) return std::malloc(size);
+  if (!is_large(size)) return malloc_instance.allocate(size, alignment);
+  return general_allocator::global().allocate(size, alignment);
+}
+
+allocation hybrid_allocator::do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept {
+  if (MEMKIT_LIKELY(!is_large(size) && malloc_aligns(alignment))) {
+    void* p = std::malloc(size);
+    if (p == nullptr) return {};
+    return {p, size};  // see malloc_allocator::do_allocate_at_least
+  }
+  if (!is_large(size)) {
+    void* p = malloc_instance.allocate(size, alignment);
+    return p == nullptr ? allocation{} : allocation{p, size};
+  }
+  return general_allocator::global().allocate_at_least(size, alignment);
+}
+
+void hybrid_allocator::do_deallocate(void* p, std::size_t size, std::size_t) noexcept {
+  if (MEMKIT_LIKELY(!is_large(size))) {
+    std::free(p);
+    return;
+  }
+  MEMKIT_ASSERT(general_allocator::global().owns(p), "hybrid_allocator: a large block it did not allocate");
+  general_allocator::global().free(p);
+}
+
+bool hybrid_allocator::do_resize(void* p, std::size_t old_size, std::size_t new_size,
+                                 std::size_t alignment) noexcept {
+  if (is_large(old_size) != is_large(new_size)) return false;
+  if (!is_large(old_size)) return malloc_instance.resize(p, old_size, new_size, alignment);
+  return general_allocator::global().resize(p, old_size, new_size, alignment);
+}
+
+void* hybrid_allocator::do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes,
+                                      std::size_t new_size, std::size_t alignment) noexcept {
+  if (is_large(old_size) == is_large(new_size)) {
+    if (!is_large(old_size)) return malloc_instance.reallocate(p, old_size, used_bytes, new_size, alignment);
+    return general_allocator::global().reallocate(p, old_size, used_bytes, new_size, alignment);
+  }
+  void* fresh = do_allocate(new_size, alignment);
+  if (fresh == nullptr) return nullptr;
+  if (used_bytes != 0) std::memcpy(fresh, p, used_bytes);
+  do_deallocate(p, old_size, alignment);
+  return fresh;
+}
+
+bool hybrid_allocator::do_is_equal(const allocator& other) const noexcept {
+  return dynamic_cast<const hybrid_allocator*>(&other) != nullptr;
+}
+
 namespace detail {
-std::atomic<allocator*> default_allocator_pointer{&malloc_instance};
+std::atomic<allocator*> default_allocator_pointer{&hybrid_instance};
 }  // namespace detail
 
 allocator& set_default_allocator(allocator& replacement) noexcept {
