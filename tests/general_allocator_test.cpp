@@ -424,8 +424,10 @@ long minor_faults() {
 }
 
 // Grows one block from 16 KiB to `final_bytes` by 1.5x steps through reallocate_unsized, writing
-// the new part each step; returns it (null on failure).
-void* grow_by_steps(general_allocator& a, std::size_t final_bytes) {
+// the new part each step; returns it (null on failure). With `tight`, the block's own range is
+// reserved without room to grow (as when address space runs short), so that growth beyond it
+// has to move the block.
+void* grow_by_steps(general_allocator& a, std::size_t final_bytes, bool tight = false) {
   std::size_t size = 16 << 10;
   void* p = a.allocate(size);
   if (p == nullptr) return nullptr;
@@ -433,6 +435,8 @@ void* grow_by_steps(general_allocator& a, std::size_t final_bytes) {
   while (size < final_bytes) {
     std::size_t next = size + size / 2;
     if (next > final_bytes) next = final_bytes;
+    const bool crossing = size < general_allocator::growth_threshold && next >= general_allocator::growth_threshold;
+    if (tight && crossing) os::testing::inject_failure(os::testing::operation::reserve, 1);
     void* q = a.reallocate_unsized(p, next);
     if (q == nullptr) {
       a.free(p);
@@ -461,7 +465,7 @@ TEST_F(general_allocator_test, a_growing_block_moves_its_pages_not_its_bytes) {
   // Growth by copying would fault in every destination page again: about three times the bound
   // for 1.5x steps. Growth by committing in place and moving page tables faults each page once.
   const long before = minor_faults();
-  void* p = grow_by_steps(a, final_bytes);
+  void* p = grow_by_steps(a, final_bytes, true);  // it outgrows its first range and moves
   const long growth_faults = minor_faults() - before;
   ASSERT_NE(p, nullptr);
   EXPECT_TRUE(check(p, final_bytes, 11));
@@ -507,7 +511,7 @@ TEST_F(general_allocator_test, a_failure_at_any_step_of_growth_keeps_the_block) 
   for (op failing : {op::map, op::reserve, op::commit}) {
     for (unsigned after = 0; after < 4; ++after) {
       general_allocator a;
-      void* p = grow_by_steps(a, 6 * mib);
+      void* p = grow_by_steps(a, 6 * mib, true);
       ASSERT_NE(p, nullptr);
       const std::size_t size = 6 * mib;
       for (op other : {op::map, op::reserve, op::commit}) {
@@ -534,7 +538,7 @@ TEST_F(general_allocator_test, a_failure_at_any_step_of_growth_keeps_the_block) 
   }
   // A move that fails alone (the first mremap) falls back to a copy that succeeds.
   general_allocator a;
-  void* p = grow_by_steps(a, 6 * mib);
+  void* p = grow_by_steps(a, 6 * mib, true);
   ASSERT_NE(p, nullptr);
   os::testing::inject_failure(op::map, 2);  // the in-place extension and the move
   void* q = a.reallocate_unsized(p, 48 * mib);
