@@ -276,11 +276,13 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   if (alignment <= segment_size && huge_cached_count.load(std::memory_order_relaxed) != 0) {
     lock_guard guard(lock);
     // Best fit among the cached blocks (at most max_cached_huge of them); among equals, the one
-    // with the most resident pages.
+    // with the most resident pages. A growing block takes only one with its room to grow (the
+    // others still give it their pages).
+    const std::size_t fits = reserve_hint > size ? wanted : total;
     segment** best = nullptr;
     for (segment** link = &huge_cached; *link != nullptr; link = &(*link)->next) {
       const segment* c = *link;
-      if (c->reserved_bytes < total) continue;
+      if (c->reserved_bytes < fits) continue;
       if (best == nullptr || c->reserved_bytes < (*best)->reserved_bytes ||
           (c->reserved_bytes == (*best)->reserved_bytes && touched_of(c) > touched_of(*best))) {
         best = link;
