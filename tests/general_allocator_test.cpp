@@ -548,6 +548,41 @@ TEST_F(general_allocator_test, a_failure_at_any_step_of_growth_keeps_the_block) 
   a.free(q);
 }
 
+TEST_F(general_allocator_test, a_growing_block_takes_the_resident_pages_of_freed_ones) {
+  using op = os::testing::operation;
+  const std::size_t mib = std::size_t{1} << 20;
+  for (bool failing : {false, true}) {
+    general_allocator a;
+    // Freed large blocks wait in the cache with their pages resident.
+    for (int i = 0; i < 2; ++i) {
+      void* p = a.allocate(8 * mib);
+      ASSERT_NE(p, nullptr);
+      std::memset(p, 0x55, 8 * mib);
+      a.free(p);
+    }
+    void* p = grow_by_steps(a, mib);
+    ASSERT_NE(p, nullptr);
+    // Growing commits new pages; the cached blocks' pages move in instead of being faulted.
+    if (failing) os::testing::fail_after(op::map, 1);  // the second move of a page range fails
+    const long before = minor_faults();
+    void* q = a.reallocate_unsized(p, 12 * mib);
+    os::testing::clear_injected_failures();
+    if (q == nullptr) {
+      ASSERT_TRUE(failing);
+      q = p;
+    } else {
+      EXPECT_EQ(q, p);  // in place: the block has room to grow
+      std::memset(static_cast<char*>(q) + mib, 1, 11 * mib);
+      const long faults = minor_faults() - before;
+      if (!failing) {
+        EXPECT_LT(faults, static_cast<long>(11 * mib / os::page_size() / 2));
+      }
+    }
+    EXPECT_TRUE(check(q, mib, 11));
+    a.free(q);
+  }
+}
+
 TEST_F(general_allocator_test, shrinking_a_large_block_gives_its_pages_back) {
   general_allocator a;
   const std::size_t mib = std::size_t{1} << 20;

@@ -373,6 +373,7 @@ struct general_allocator::impl {
   void huge_free(gpa::segment* s) noexcept;
   bool huge_resize(gpa::segment* s, std::size_t new_size) noexcept;
   void* huge_move(gpa::segment* s, std::size_t new_size) noexcept;
+  bool recycle_into(gpa::segment* s, std::size_t total) noexcept;
   void* grow_block(void* p, std::size_t copy_bytes, std::size_t new_size, std::size_t alignment) noexcept;
   // debug.cpp
   void* debug_allocate(std::size_t size, std::size_t alignment) noexcept;

@@ -440,6 +440,9 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size) noex
     const std::size_t target = commit_target(total, committed, reserved);
     if (!os::commit(base + committed, target - committed)) return false;
     s->huge_committed = committed = target;
+  }
+  if (total > s->pages[0].touched_bytes) {
+    if (!recycle_into(s, total)) return false;
   } else if (total < s->huge_offset + s->huge_size) {
     // Shrinking gives the pages and the commit charge of the tail back; the address space stays
     // reserved for later growth.
@@ -468,6 +471,54 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size) noex
     note_in_use(-static_cast<std::ptrdiff_t>(old_size - s->huge_size));
   }
   return true;
+}
+
+// A growing block's new pages: resident pages of cached blocks move in (one mremap per piece)
+// where they would otherwise be faulted in one by one. Nothing the block holds is at risk: the
+// pages moved land beyond its resident prefix, past every byte it had. False when a failed move
+// left the block without the pages it needs (it still has every page it had).
+bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexcept {
+  const std::size_t touched_before = s->pages[0].touched_bytes;
+  if (total - touched_before < min_recycled || huge_cached_count.load(std::memory_order_relaxed) == 0 ||
+      !recycling_supported.load(std::memory_order_relaxed)) {
+    return true;
+  }
+  segment* donors = nullptr;
+  {
+    lock_guard guard(lock);
+    std::size_t have = 0;
+    segment** tail = &donors;
+    for (segment** link = &huge_cached; *link != nullptr && touched_before + have + min_recycled < total;) {
+      if (touched_of(*link) == 0) {
+        link = &(*link)->next;
+        continue;
+      }
+      segment* d = cache_take(*this, link);
+      have += touched_of(d);
+      *tail = d;
+      tail = &d->next;
+    }
+  }
+  if (donors == nullptr) return true;
+  char* base = reinterpret_cast<char*>(s);
+  split_list splits(s);
+  std::size_t touched = touched_before;
+  const bool ok = recycle_pages(*this, base, s->reserved_bytes, touched, splits, total, donors);
+  splits.store(s);
+  // The moved pages are resident and counted already (as the donors'); the block's resident
+  // prefix now ends after them.
+  s->pages[0].touched_bytes = touched;
+  if (!ok) {
+    // A failed move may have unmapped its destination: map the part beyond what moved afresh.
+    // Bytes there were never the caller's. If even that fails, the block ends where its pages do.
+    const std::size_t committed = s->huge_committed;
+    if (committed > touched && (!os::decommit(base + touched, committed - touched) ||
+                                !os::commit(base + touched, committed - touched))) {
+      s->huge_committed = touched;
+    }
+    trim_splits(s, s->huge_committed);
+  }
+  return s->huge_committed >= total;
 }
 
 void* general_allocator::impl::huge_move(segment* s, std::size_t new_size) noexcept {
