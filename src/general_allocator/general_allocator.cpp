@@ -255,7 +255,7 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::
     const std::size_t block_size = pg->block_size;
     if (new_size <= block_size && (new_size >= block_size / 2 || block_size <= 16)) return p;
     if (new_size >= growth_threshold && new_size > block_size && !options_.debug) {
-      return impl_->grow_block(p, block_size, new_size, alignment);
+      return impl_->grow_block(p, block_size, new_size, alignment, true);
     }
     void* fresh = allocate(new_size, alignment);
     if (fresh == nullptr) return nullptr;
@@ -270,7 +270,7 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::
   }
   if (huge && new_size > old_size && !page_of(s, p)->debug) {
     // In place, else its page tables move: the bytes are never copied.
-    return impl_->grow_block(p, old_size, new_size, alignment);
+    return impl_->grow_block(p, old_size, new_size, alignment, true);
   }
   if (huge && new_size > old_size && impl_->resize_in_place(p, new_size)) return p;
   void* fresh = allocate(new_size, alignment);
@@ -341,7 +341,7 @@ void* general_allocator::do_reallocate(void* p, std::size_t old_size, std::size_
       if (s->kind != segment_kind::huge && new_size <= pg->block_size) return p;
       // A large block grows in place or moves its page tables; a class block moves (once) into a
       // range with room to grow.
-      return impl_->grow_block(p, used_bytes, new_size, alignment);
+      return impl_->grow_block(p, used_bytes, new_size, alignment, false);
     }
   }
   if (do_resize(p, old_size, new_size, alignment)) return p;

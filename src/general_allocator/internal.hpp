@@ -371,10 +371,11 @@ struct general_allocator::impl {
   void* huge_allocate(std::size_t size, std::size_t alignment, bool zeroed,
                       std::size_t reserve_hint = 0) noexcept;
   void huge_free(gpa::segment* s) noexcept;
-  bool huge_resize(gpa::segment* s, std::size_t new_size) noexcept;
-  void* huge_move(gpa::segment* s, std::size_t new_size) noexcept;
+  bool huge_resize(gpa::segment* s, std::size_t new_size, bool populate = false) noexcept;
+  void* huge_move(gpa::segment* s, std::size_t new_size, bool populate) noexcept;
   bool recycle_into(gpa::segment* s, std::size_t total) noexcept;
-  void* grow_block(void* p, std::size_t copy_bytes, std::size_t new_size, std::size_t alignment) noexcept;
+  void* grow_block(void* p, std::size_t copy_bytes, std::size_t new_size, std::size_t alignment,
+                   bool populate) noexcept;
   // debug.cpp
   void* debug_allocate(std::size_t size, std::size_t alignment) noexcept;
   void debug_free(void* p) noexcept;

