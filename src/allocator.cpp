@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "memkit/general_allocator.hpp"
 #include "memkit/os.hpp"
 
 namespace memkit {
@@ -25,10 +26,24 @@ void* malloc_allocator::do_allocate(std::size_t size, std::size_t alignment) noe
 
 void malloc_allocator::do_deallocate(void* p, std::size_t, std::size_t) noexcept { std::free(p); }
 
-bool malloc_allocator::do_resize(void* p, std::size_t old_size, std::size_t new_size,
-                                 std::size_t) noexcept {
+namespace {
+
+// malloc_allocator's operations, shared with hybrid_allocator's small blocks without a second
+// virtual call.
+
+bool malloc_resize(void* p, std::size_t old_size, std::size_t new_size) noexcept {
   // Growing or shrinking within the block malloc really handed out moves nothing.
   return new_size <= old_size || new_size <= os::malloc_usable_size(p);
+}
+
+void* malloc_reallocate(void* p, std::size_t old_size, std::size_t used_bytes, std::size_t new_size,
+                        std::size_t alignment) noexcept;
+
+}  // namespace
+
+bool malloc_allocator::do_resize(void* p, std::size_t old_size, std::size_t new_size,
+                                 std::size_t) noexcept {
+  return malloc_resize(p, old_size, new_size);
 }
 
 // Small blocks grow through malloc + memcpy + free instead of realloc: glibc's realloc takes the
@@ -37,8 +52,10 @@ bool malloc_allocator::do_resize(void* p, std::size_t old_size, std::size_t new_
 // use). Measured on seed 003's small_vector workload: about 25 ns per growth saved.
 constexpr std::size_t small_block_limit = 1024;
 
-void* malloc_allocator::do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes,
-                                      std::size_t new_size, std::size_t alignment) noexcept {
+namespace {
+
+void* malloc_reallocate(void* p, std::size_t old_size, std::size_t used_bytes, std::size_t new_size,
+                        std::size_t alignment) noexcept {
   if (malloc_aligns(alignment) && new_size > old_size && new_size <= small_block_limit) {
     void* fresh = std::malloc(new_size);
     if (fresh == nullptr) return nullptr;
@@ -47,7 +64,20 @@ void* malloc_allocator::do_reallocate(void* p, std::size_t old_size, std::size_t
     return fresh;
   }
   if (malloc_aligns(alignment)) return std::realloc(p, new_size);
-  return allocator::do_reallocate(p, old_size, used_bytes, new_size, alignment);
+  // Over-aligned: resize in place, else allocate, copy, free (the interface's default).
+  if (malloc_resize(p, old_size, new_size)) return p;
+  void* fresh = malloc_instance.allocate(new_size, alignment);
+  if (fresh == nullptr) return nullptr;
+  if (used_bytes != 0) std::memcpy(fresh, p, used_bytes);
+  std::free(p);
+  return fresh;
+}
+
+}  // namespace
+
+void* malloc_allocator::do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes,
+                                      std::size_t new_size, std::size_t alignment) noexcept {
+  return malloc_reallocate(p, old_size, used_bytes, new_size, alignment);
 }
 
 allocation malloc_allocator::do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept {
@@ -64,8 +94,80 @@ bool malloc_allocator::do_is_equal(const allocator& other) const noexcept {
   return dynamic_cast<const malloc_allocator*>(&other) != nullptr;
 }
 
+// ---- hybrid_allocator ------------------------------------------------------------------------------
+// Which allocator owns a block follows from its size alone: a block is given back with a size
+// between the one requested and the one reported, both on the same side of the threshold, and
+// resize() never lets a block cross it.
+
+static_assert(hybrid_allocator::large_block_threshold == general_allocator::growth_threshold,
+              "large blocks must be those general_allocator grows in place");
+
+namespace {
+
+hybrid_allocator hybrid_instance;
+
+constexpr std::size_t threshold = hybrid_allocator::large_block_threshold;
+
+bool is_large(std::size_t size) noexcept { return size >= threshold; }
+
+}  // namespace
+
+hybrid_allocator& hybrid_allocator::instance() noexcept { return hybrid_instance; }
+
+void* hybrid_allocator::do_allocate(std::size_t size, std::size_t alignment) noexcept {
+  if (MEMKIT_LIKELY(!is_large(size) && malloc_aligns(alignment))) return std::malloc(size);
+  if (!is_large(size)) return malloc_instance.allocate(size, alignment);
+  return general_allocator::global().allocate(size, alignment);
+}
+
+allocation hybrid_allocator::do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept {
+  if (MEMKIT_LIKELY(!is_large(size) && malloc_aligns(alignment))) {
+    void* p = std::malloc(size);
+    if (p == nullptr) return {};
+    return {p, size};  // see malloc_allocator::do_allocate_at_least
+  }
+  if (!is_large(size)) {
+    void* p = malloc_instance.allocate(size, alignment);
+    return p == nullptr ? allocation{} : allocation{p, size};
+  }
+  return general_allocator::global().allocate_at_least(size, alignment);
+}
+
+void hybrid_allocator::do_deallocate(void* p, std::size_t size, std::size_t) noexcept {
+  if (MEMKIT_LIKELY(!is_large(size))) {
+    std::free(p);
+    return;
+  }
+  MEMKIT_ASSERT(general_allocator::global().owns(p), "hybrid_allocator: a large block it did not allocate");
+  general_allocator::global().free(p);
+}
+
+bool hybrid_allocator::do_resize(void* p, std::size_t old_size, std::size_t new_size,
+                                 std::size_t alignment) noexcept {
+  if (is_large(old_size) != is_large(new_size)) return false;
+  if (!is_large(old_size)) return malloc_resize(p, old_size, new_size);
+  return general_allocator::global().resize(p, old_size, new_size, alignment);
+}
+
+void* hybrid_allocator::do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes,
+                                      std::size_t new_size, std::size_t alignment) noexcept {
+  if (is_large(old_size) == is_large(new_size)) {
+    if (!is_large(old_size)) return malloc_reallocate(p, old_size, used_bytes, new_size, alignment);
+    return general_allocator::global().reallocate(p, old_size, used_bytes, new_size, alignment);
+  }
+  void* fresh = do_allocate(new_size, alignment);
+  if (fresh == nullptr) return nullptr;
+  if (used_bytes != 0) std::memcpy(fresh, p, used_bytes);
+  do_deallocate(p, old_size, alignment);
+  return fresh;
+}
+
+bool hybrid_allocator::do_is_equal(const allocator& other) const noexcept {
+  return dynamic_cast<const hybrid_allocator*>(&other) != nullptr;
+}
+
 namespace detail {
-std::atomic<allocator*> default_allocator_pointer{&malloc_instance};
+std::atomic<allocator*> default_allocator_pointer{&hybrid_instance};
 }  // namespace detail
 
 allocator& set_default_allocator(allocator& replacement) noexcept {

@@ -1,4 +1,5 @@
 #include "memkit/allocator.hpp"
+#include "memkit/general_allocator.hpp"
 
 #include <gtest/gtest.h>
 
@@ -152,7 +153,47 @@ TEST(allocator, default_allocator_can_be_replaced_and_restored) {
   EXPECT_EQ(replacement.live_blocks(), 1u);
   memkit::default_allocator().deallocate(p, 8);
   EXPECT_EQ(&memkit::set_default_allocator(previous), &replacement);
-  EXPECT_TRUE(memkit::default_allocator().is_equal(memkit::malloc_allocator::instance()));
+  EXPECT_TRUE(memkit::default_allocator().is_equal(memkit::hybrid_allocator::instance()));
+}
+
+// The default allocator: small blocks from malloc, large ones from general_allocator::global(),
+// where they grow in place; a block crossing the threshold moves with its used bytes.
+TEST(allocator, hybrid_allocator_sends_large_blocks_to_the_general_allocator) {
+  memkit::allocator& a = memkit::hybrid_allocator::instance();
+  auto& gpa = memkit::general_allocator::global();
+  const std::size_t large = memkit::hybrid_allocator::large_block_threshold;
+  void* small = a.allocate(100);
+  ASSERT_NE(small, nullptr);
+  std::memset(small, 5, 100);
+  // Growing across the threshold copies the used bytes into a general_allocator block.
+  void* big = a.reallocate(small, 100, 100, large);
+  ASSERT_NE(big, nullptr);
+  EXPECT_TRUE(gpa.owns(big));
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(static_cast<unsigned char*>(big)[i], 5);
+  // resize() never crosses the threshold: the owner follows from the size.
+  EXPECT_FALSE(a.resize(big, large, large - 1));
+  // Doubling from there stays in place: the block has a reservation of its own.
+  void* bigger = a.reallocate(big, large, 100, 2 * large);
+  ASSERT_NE(bigger, nullptr);
+  void* biggest = a.reallocate(bigger, 2 * large, 100, 4 * large);
+  EXPECT_EQ(biggest, bigger);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(static_cast<unsigned char*>(biggest)[i], 5);
+  // Shrinking back below the threshold returns to malloc.
+  void* back = a.reallocate(biggest, 4 * large, 100, 200);
+  ASSERT_NE(back, nullptr);
+  EXPECT_FALSE(gpa.owns(back) && back == biggest);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(static_cast<unsigned char*>(back)[i], 5);
+  a.deallocate(back, 200);
+  memkit::allocation at_least = a.allocate_at_least(large + 1);
+  ASSERT_NE(at_least.pointer, nullptr);
+  EXPECT_GE(at_least.size, large + 1);
+  a.deallocate(at_least.pointer, at_least.size);
+  void* aligned = a.allocate(64, 256);
+  ASSERT_NE(aligned, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(aligned) % 256, 0u);
+  a.deallocate(aligned, 64, 256);
+  EXPECT_TRUE(a.is_equal(memkit::hybrid_allocator::instance()));
+  EXPECT_FALSE(a.is_equal(memkit::malloc_allocator::instance()));
 }
 
 TEST(std_allocator, standard_containers_allocate_through_a_memkit_allocator) {

@@ -9,10 +9,12 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "memkit/os.hpp"
+#include "support/rlimit.hpp"
 
 namespace {
 
@@ -412,6 +414,232 @@ TEST_F(general_allocator_test, failed_in_place_growth_keeps_the_block) {
   os::testing::clear_injected_failures();
   EXPECT_TRUE(check(p, 5 * mib, 5));
   a.free(p);
+}
+
+// Minor page faults of this process so far.
+long minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Grows one block from 16 KiB to `final_bytes` by 1.5x steps through reallocate_unsized, writing
+// the new part each step; returns it (null on failure). With `tight`, the block's own range is
+// reserved without room to grow (as when address space runs short), so that growth beyond it
+// has to move the block.
+void* grow_by_steps(general_allocator& a, std::size_t final_bytes, bool tight = false) {
+  std::size_t size = 16 << 10;
+  void* p = a.allocate(size);
+  if (p == nullptr) return nullptr;
+  fill(p, size, 11);
+  while (size < final_bytes) {
+    std::size_t next = size + size / 2;
+    if (next > final_bytes) next = final_bytes;
+    const bool crossing = size < general_allocator::growth_threshold && next >= general_allocator::growth_threshold;
+    if (tight && crossing) os::testing::inject_failure(os::testing::operation::reserve, 1);
+    void* q = a.reallocate_unsized(p, next);
+    if (q == nullptr) {
+      a.free(p);
+      return nullptr;
+    }
+    // The pattern continues where it stopped: check() of the whole block tells a copy that lost
+    // bytes from one that kept them.
+    auto* c = static_cast<unsigned char*>(q);
+    for (std::size_t i = size; i < next; ++i) c[i] = static_cast<unsigned char>(11 + i * 7);
+    p = q;
+    size = next;
+  }
+  return p;
+}
+
+TEST_F(general_allocator_test, a_growing_block_moves_its_pages_not_its_bytes) {
+  general_allocator a;
+  const std::size_t final_bytes = std::size_t{96} << 20;
+  // The bound: writing the same number of pages once in a fresh mapping.
+  const long before_bound = minor_faults();
+  auto fresh = os::map(final_bytes);
+  ASSERT_TRUE(fresh.ok());
+  std::memset(fresh.value(), 1, final_bytes);
+  const long bound_faults = minor_faults() - before_bound;
+  ASSERT_TRUE(os::release(fresh.value(), final_bytes).ok());
+  // Growth by copying would fault in every destination page again: about three times the bound
+  // for 1.5x steps. Growth by committing in place and moving page tables faults each page once.
+  const long before = minor_faults();
+  void* p = grow_by_steps(a, final_bytes, true);  // it outgrows its first range and moves
+  const long growth_faults = minor_faults() - before;
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(check(p, final_bytes, 11));
+  EXPECT_LT(growth_faults, bound_faults + bound_faults / 4 + 64)
+      << "growth faulted " << growth_faults << " pages, writing once " << bound_faults;
+  EXPECT_GE(a.usable_size(p), final_bytes);
+  a.free(p);
+  EXPECT_EQ(a.statistics().large_live_bytes, 0u);
+}
+
+TEST_F(general_allocator_test, the_allocator_interface_grows_large_buffers_in_their_reservation) {
+  general_allocator a;
+  memkit::allocator& base = a;
+  const std::size_t kib = 1024;
+  // A vector-like doubling from a class block: the first growth past growth_threshold moves the
+  // block into a range of its own, and the next doubling stays where it is.
+  std::size_t size = 64 * kib;
+  void* p = base.allocate(size);
+  fill(p, size, 21);
+  void* q = base.reallocate(p, size, size, 2 * general_allocator::growth_threshold);
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(check(q, size, 21));
+  size = 2 * general_allocator::growth_threshold;
+  void* r = base.reallocate(q, size, size, 2 * size);
+  EXPECT_EQ(r, q);
+  EXPECT_TRUE(base.resize(r, 2 * size, 3 * size));  // within the reservation: in place
+  EXPECT_TRUE(check(r, 64 * kib, 21));
+  // A commit that fails leaves the block as it was and resize() reports it.
+  os::testing::fail_after(os::testing::operation::commit, 0);
+  EXPECT_FALSE(base.resize(r, 3 * size, 3 * size + 4 * (std::size_t{1} << 20)));
+  os::testing::clear_injected_failures();
+  EXPECT_TRUE(check(r, 64 * kib, 21));
+  base.deallocate(r, 3 * size);
+}
+
+TEST_F(general_allocator_test, a_failure_at_any_step_of_growth_keeps_the_block) {
+  const std::size_t mib = std::size_t{1} << 20;
+  using op = os::testing::operation;
+  // Each step of growing past the reservation (extend the mapping, reserve a new range, move the
+  // page tables, else allocate and copy) fails in turn, with every later call of the same kind
+  // failing too and the other kinds failing always: the call fails with ENOMEM and the block is
+  // untouched, or it succeeds and the contents moved intact.
+  for (op failing : {op::map, op::reserve, op::commit}) {
+    for (unsigned after = 0; after < 4; ++after) {
+      general_allocator a;
+      void* p = grow_by_steps(a, 6 * mib, true);
+      ASSERT_NE(p, nullptr);
+      const std::size_t size = 6 * mib;
+      for (op other : {op::map, op::reserve, op::commit}) {
+        if (other != failing) os::testing::fail_after(other, 0);
+      }
+      os::testing::fail_after(failing, after);
+      errno = 0;
+      void* q = a.reallocate_unsized(p, 48 * mib);
+      const int error = errno;
+      os::testing::clear_injected_failures();
+      if (q == nullptr) {
+        EXPECT_EQ(error, ENOMEM);
+        EXPECT_TRUE(check(p, size, 11));
+        EXPECT_GE(a.usable_size(p), size);
+        // Still a working block: it grows once the system lets it.
+        q = a.reallocate_unsized(p, 48 * mib);
+        ASSERT_NE(q, nullptr);
+      }
+      EXPECT_TRUE(check(q, size, 11));
+      std::memset(static_cast<char*>(q) + size, 3, 48 * mib - size);
+      a.free(q);
+      EXPECT_EQ(a.statistics().large_live_bytes, 0u);
+    }
+  }
+  // A move that fails alone (the first mremap) falls back to a copy that succeeds.
+  general_allocator a;
+  void* p = grow_by_steps(a, 6 * mib, true);
+  ASSERT_NE(p, nullptr);
+  os::testing::inject_failure(op::map, 2);  // the in-place extension and the move
+  void* q = a.reallocate_unsized(p, 48 * mib);
+  os::testing::clear_injected_failures();
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(check(q, 6 * mib, 11));
+  a.free(q);
+}
+
+TEST_F(general_allocator_test, a_growing_block_takes_the_resident_pages_of_freed_ones) {
+  using op = os::testing::operation;
+  const std::size_t mib = std::size_t{1} << 20;
+  for (bool failing : {false, true}) {
+    general_allocator a;
+    // Freed large blocks wait in the cache with their pages resident.
+    for (int i = 0; i < 2; ++i) {
+      void* p = a.allocate(8 * mib);
+      ASSERT_NE(p, nullptr);
+      std::memset(p, 0x55, 8 * mib);
+      a.free(p);
+    }
+    void* p = grow_by_steps(a, mib);
+    ASSERT_NE(p, nullptr);
+    // The bound: writing as much into a fresh mapping (sanitizers add faults of their own to
+    // both).
+    const long before_bound = minor_faults();
+    auto fresh = os::map(11 * mib);
+    ASSERT_TRUE(fresh.ok());
+    std::memset(fresh.value(), 1, 11 * mib);
+    const long bound = minor_faults() - before_bound;
+    ASSERT_TRUE(os::release(fresh.value(), 11 * mib).ok());
+    // Growing commits new pages; the cached blocks' pages move in instead of being faulted.
+    if (failing) os::testing::fail_after(op::map, 1);  // the second move of a page range fails
+    const long before = minor_faults();
+    void* q = a.reallocate_unsized(p, 12 * mib);
+    os::testing::clear_injected_failures();
+    if (q == nullptr) {
+      ASSERT_TRUE(failing);
+      q = p;
+    } else {
+      EXPECT_EQ(q, p);  // in place: the block has room to grow
+      std::memset(static_cast<char*>(q) + mib, 1, 11 * mib);
+      const long faults = minor_faults() - before;
+      if (!failing) {
+        // At least half of the new pages came resident.
+        EXPECT_LT(faults + static_cast<long>(11 * mib / os::page_size() / 2), bound)
+            << "faults " << faults << ", writing fresh pages " << bound;
+      }
+    }
+    EXPECT_TRUE(check(q, mib, 11));
+    a.free(q);
+  }
+}
+
+TEST_F(general_allocator_test, shrinking_a_large_block_gives_its_pages_back) {
+  general_allocator a;
+  const std::size_t mib = std::size_t{1} << 20;
+  void* p = grow_by_steps(a, 64 * mib);
+  ASSERT_NE(p, nullptr);
+  const auto before = os::current_resident_bytes();
+  void* q = a.reallocate_unsized(p, 4 * mib);
+  EXPECT_EQ(q, p);  // large blocks shrink in place
+  const auto after = os::current_resident_bytes();
+  ASSERT_TRUE(before.ok() && after.ok());
+  EXPECT_GE(before.value(), after.value() + 48 * mib);
+  EXPECT_TRUE(check(q, 4 * mib, 11));
+  // And it grows again from there.
+  void* r = a.reallocate_unsized(q, 16 * mib);
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(check(r, 4 * mib, 11));
+  std::memset(static_cast<char*>(r) + 4 * mib, 0, 12 * mib);
+  a.free(r);
+}
+
+TEST_F(general_allocator_test, growth_under_a_small_rlimit_data_fails_cleanly_in_a_child) {
+  EXPECT_EXIT(
+      {
+        general_allocator a;
+        const std::size_t mib = std::size_t{1} << 20;
+        void* p = grow_by_steps(a, 2 * mib);
+        if (p == nullptr) _exit(3);
+        if (!memkit::testing::limit_data_growth(96 * mib)) _exit(4);
+        std::size_t size = 2 * mib;
+        for (;;) {
+          const std::size_t next = size + size / 2;
+          errno = 0;
+          void* q = a.reallocate_unsized(p, next);
+          if (q == nullptr) break;
+          auto* c = static_cast<unsigned char*>(q);
+          for (std::size_t i = size; i < next; ++i) c[i] = static_cast<unsigned char>(11 + i * 7);
+          p = q;
+          size = next;
+          if (size > 1024 * mib) _exit(5);  // the limit did not apply
+        }
+        // Stopped by the limit with ENOMEM; the block is intact and still usable.
+        const bool clean = errno == ENOMEM && size >= 16 * mib && check(p, size, 11) &&
+                           a.usable_size(p) >= size;
+        a.free(p);
+        _exit(clean ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(general_allocator_test, statistics_count_live_peak_and_classes) {

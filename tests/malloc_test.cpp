@@ -248,6 +248,39 @@ TEST(malloc_dropin, realloc_failure_keeps_the_old_block) {
   std::free(p);
 }
 
+// A C program growing a buffer by realloc: above general_allocator::growth_threshold the block
+// has a range of its own and never changes address again (so nothing is copied), and a failure of
+// the system (injected into every os call) is null + ENOMEM with the block intact.
+TEST(malloc_dropin, realloc_grows_large_buffers_in_place_and_fails_cleanly) {
+  std::size_t size = 4096;
+  auto* p = static_cast<unsigned char*>(std::malloc(opaque(size)));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 7, size);
+  std::size_t moves_above_threshold = 0;
+  while (size < (std::size_t{256} << 20)) {
+    const std::size_t next = size + size / 2;
+    auto* q = static_cast<unsigned char*>(realloc_opaque(p, opaque(next)));
+    ASSERT_NE(q, nullptr);
+    if (q != p && size >= general_allocator::growth_threshold) ++moves_above_threshold;
+    std::memset(q + size, 7, next - size);
+    p = q;
+    size = next;
+  }
+  EXPECT_EQ(moves_above_threshold, 0u);
+  for (std::size_t i = 0; i < size; i += 4093) ASSERT_EQ(p[i], 7) << i;
+  using op = memkit::os::testing::operation;
+  for (op o : {op::reserve, op::commit, op::map}) memkit::os::testing::fail_after(o, 0);
+  errno = 0;
+  void* failed = realloc_opaque(p, opaque(std::size_t{64} << 30));  // beyond the reservation
+  const int error = errno;
+  memkit::os::testing::clear_injected_failures();
+  EXPECT_EQ(failed, nullptr);
+  EXPECT_EQ(error, ENOMEM);
+  for (std::size_t i = 0; i < size; i += 4093) ASSERT_EQ(p[i], 7) << i;
+  EXPECT_TRUE(memkit_owns(p));
+  std::free(p);
+}
+
 TEST(malloc_dropin, reallocarray_checks_overflow_and_keeps_the_block) {
   auto* p = static_cast<int*>(reallocarray_opaque(nullptr, opaque(4), sizeof(int)));
   ASSERT_NE(p, nullptr);

@@ -247,6 +247,35 @@ TEST_F(os_test, move_pages_hands_pages_over_and_unmaps_the_source) {
   EXPECT_TRUE(os::release(to, 8 * page).ok());
 }
 
+TEST_F(os_test, move_and_grow_pages_moves_a_mapping_into_a_larger_committed_range) {
+  const std::size_t page = os::page_size();
+  auto a = os::map(4 * page);
+  auto b = os::reserve(16 * page);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto* from = static_cast<unsigned char*>(a.value());
+  auto* to = static_cast<unsigned char*>(b.value());
+  for (std::size_t i = 0; i < 4; ++i) from[i * page] = static_cast<unsigned char>(i + 1);
+  EXPECT_EQ(os::move_and_grow_pages(from, 4 * page, to, 2 * page).error(), EINVAL);  // shrinks
+  EXPECT_EQ(os::move_and_grow_pages(from, 4 * page, from + page, 8 * page).error(), EINVAL);
+  os::testing::inject_failure(os::testing::operation::map, 1);
+  EXPECT_EQ(os::move_and_grow_pages(from, 4 * page, to, 10 * page).error(), ENOMEM);
+  EXPECT_EQ(from[3 * page], 4);  // nothing moved
+  auto moved = os::move_and_grow_pages(from, 4 * page, to, 10 * page);
+#if defined(__linux__)
+  ASSERT_TRUE(moved.ok()) << os::error_message(moved.error());
+  for (std::size_t j = 0; j < 4; ++j) EXPECT_EQ(to[j * page], j + 1);
+  for (std::size_t j = 4; j < 10; ++j) EXPECT_EQ(to[j * page], 0);  // grown: zero, writable
+  to[9 * page] = 9;
+  EXPECT_EQ(to[9 * page], 9);
+  unsigned char residency[4];
+  EXPECT_EQ(::mincore(from, 4 * page, residency), -1);  // the source is gone
+#else
+  EXPECT_EQ(moved.error(), ENOTSUP);
+  EXPECT_TRUE(os::release(from, 4 * page).ok());
+#endif
+  EXPECT_TRUE(os::release(to, 16 * page).ok());
+}
+
 TEST_F(os_test, prefault_populates_and_reports_injected_failure) {
   const std::size_t bytes = 16u << 20;
   auto r = os::reserve(bytes);

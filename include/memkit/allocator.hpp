@@ -151,6 +151,32 @@ class malloc_allocator final : public allocator {
   bool do_is_equal(const allocator& other) const noexcept override;
 };
 
+// The default allocator of memkit's containers: malloc for blocks below large_block_threshold, and
+// general_allocator::global() from there on, where a growing block gets an address range of its
+// own and grows by committing pages in place or by moving its page tables (mremap), never by a
+// copy, whatever state malloc is in (glibc's realloc copies large blocks once the process has
+// freed other large blocks). A block crossing the threshold is copied once. Stateless: all
+// instances are equal.
+class hybrid_allocator final : public allocator {
+ public:
+  // Blocks of at least this many bytes come from general_allocator::global(); equal to
+  // general_allocator::growth_threshold, from which on that allocator grows blocks in place.
+  static constexpr std::size_t large_block_threshold = std::size_t{128} << 10;
+
+  // The process-wide instance.
+  static hybrid_allocator& instance() noexcept;
+
+ protected:
+  void* do_allocate(std::size_t size, std::size_t alignment) noexcept override;
+  void do_deallocate(void* p, std::size_t size, std::size_t alignment) noexcept override;
+  bool do_resize(void* p, std::size_t old_size, std::size_t new_size,
+                 std::size_t alignment) noexcept override;
+  void* do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes, std::size_t new_size,
+                      std::size_t alignment) noexcept override;
+  allocation do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept override;
+  bool do_is_equal(const allocator& other) const noexcept override;
+};
+
 namespace detail {
 // The process-wide default allocator (see set_default_allocator). Read inline because every
 // default-constructed container reads it: an out-of-line call cost small_vector about 1.5 ns per
@@ -158,7 +184,7 @@ namespace detail {
 extern std::atomic<allocator*> default_allocator_pointer;
 }  // namespace detail
 
-// The allocator containers use when none is given: malloc_allocator until replaced.
+// The allocator containers use when none is given: hybrid_allocator until replaced.
 inline allocator& default_allocator() noexcept {
   return *detail::default_allocator_pointer.load(std::memory_order_acquire);
 }

@@ -18,8 +18,10 @@
 //    thread exits its heap is abandoned and adopted, whole, by the next thread that needs one.
 //  - Empty pages are returned to the OS (os::discard) once they have stayed empty for
 //    options::purge_delay_ms, or at once when more than options::retained_limit bytes sit empty.
-//  - Requests above 3.5 MiB (or with large alignments) get their own mapping, which resize() and
-//    reallocate() grow in place when the address space after it is free. Freed ones are cached,
+//  - Requests above 3.5 MiB (or with large alignments), and blocks that reallocate() grows beyond
+//    growth_threshold, get an address range of their own, committed only as far as used:
+//    resize() and reallocate() commit further pages in place, and beyond the range reallocate()
+//    moves the block's page tables with mremap instead of copying it. Freed ones are cached,
 //    and a new one takes the resident pages of cached ones (os::move_pages) before faulting in
 //    fresh pages.
 //  - Debug mode (options::debug) keeps a record per block: requested size, state and, optionally,
@@ -91,6 +93,10 @@ class general_allocator final : public allocator {
   static constexpr std::size_t max_stack_frames = 32;
   // Largest request ever satisfied; anything bigger returns null at once.
   static constexpr std::size_t max_allocation_size = std::size_t{1} << 46;
+  // A block that reallocate() grows to at least this many bytes moves (once, by a copy) into an
+  // address range of its own with room to grow; from then on growth commits pages in place or
+  // moves the page tables (mremap), never the bytes. Chosen by measurement: docs/general_allocator.md.
+  static constexpr std::size_t growth_threshold = std::size_t{128} << 10;
   // Byte freed blocks are filled with in debug mode.
   static constexpr unsigned char freed_fill_byte = 0xDF;
   // Byte canaries are made of.

@@ -112,6 +112,11 @@ result<void*> remap(void* address, std::size_t old_bytes, std::size_t new_bytes)
 // where the system cannot (everywhere but Linux).
 status move_pages(void* from, std::size_t bytes, void* to) noexcept;
 
+// Like move_pages(), but the destination is `new_bytes` long (at least `bytes`): the pages after
+// the moved ones read as zero and belong to the same mapping, committed. One system call on Linux,
+// and on failure nothing moved. This is how a growing block changes address without a copy.
+status move_and_grow_pages(void* from, std::size_t bytes, void* to, std::size_t new_bytes) noexcept;
+
 // Asks for transparent huge pages over a committed or reserved range. ENOTSUP where unavailable.
 status advise_huge_pages(void* address, std::size_t bytes) noexcept;
 

@@ -254,6 +254,9 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::
     // would keep more than twice what it needs.
     const std::size_t block_size = pg->block_size;
     if (new_size <= block_size && (new_size >= block_size / 2 || block_size <= 16)) return p;
+    if (new_size >= growth_threshold && new_size > block_size && !options_.debug) {
+      return impl_->grow_block(p, block_size, new_size, alignment, true);
+    }
     void* fresh = allocate(new_size, alignment);
     if (fresh == nullptr) return nullptr;
     std::memcpy(fresh, p, block_size < new_size ? block_size : new_size);
@@ -265,15 +268,12 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::
   if (new_size <= old_size && (huge || new_size >= old_size / 2 || old_size <= 16)) {
     if (impl_->resize_in_place(p, new_size)) return p;
   }
-  if (huge && new_size > old_size && impl_->resize_in_place(p, new_size)) return p;
-  void* fresh;
-  if (huge && new_size > old_size && !options_.debug) {
-    // A growing large block that could not grow in place: leave room to grow next time.
-    fresh = impl_->huge_allocate(new_size, alignment, false, new_size + new_size / 2);
-    if (fresh == nullptr) return allocation_failure();
-  } else {
-    fresh = allocate(new_size, alignment);
+  if (huge && new_size > old_size && !page_of(s, p)->debug) {
+    // In place, else its page tables move: the bytes are never copied.
+    return impl_->grow_block(p, old_size, new_size, alignment, true);
   }
+  if (huge && new_size > old_size && impl_->resize_in_place(p, new_size)) return p;
+  void* fresh = allocate(new_size, alignment);
   if (fresh == nullptr) return nullptr;
   std::memcpy(fresh, p, old_size < new_size ? old_size : new_size);
   free(p);
@@ -334,6 +334,16 @@ bool general_allocator::do_resize(void* p, std::size_t old_size, std::size_t new
 
 void* general_allocator::do_reallocate(void* p, std::size_t old_size, std::size_t used_bytes,
                                        std::size_t new_size, std::size_t alignment) noexcept {
+  if (impl_ != nullptr && new_size > old_size && !options_.debug) {
+    segment* s = segment_of(p);
+    page* pg = page_of(s, p);
+    if (!pg->debug && (s->kind == segment_kind::huge || new_size >= growth_threshold)) {
+      if (s->kind != segment_kind::huge && new_size <= pg->block_size) return p;
+      // A large block grows in place or moves its page tables; a class block moves (once) into a
+      // range with room to grow.
+      return impl_->grow_block(p, used_bytes, new_size, alignment, false);
+    }
+  }
   if (do_resize(p, old_size, new_size, alignment)) return p;
   void* fresh = allocate(new_size, alignment);
   if (fresh == nullptr) return nullptr;

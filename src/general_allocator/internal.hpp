@@ -248,6 +248,8 @@ struct segment {
   std::size_t huge_offset = 0;      // from the header to the block
   std::size_t huge_size = 0;        // usable bytes of the block
   std::size_t huge_requested = 0;   // bytes asked for (debug mode)
+  std::size_t huge_committed = 0;   // bytes from the header on that are read-write (the rest of
+                                    // the reservation is reserved only)
   bool huge_live = false;
   // Offsets (ascending, inside the reservation) where the memory may pass from one OS mapping to
   // the next: resident pages moved in from other freed blocks (large.cpp). Each range between two
@@ -369,7 +371,11 @@ struct general_allocator::impl {
   void* huge_allocate(std::size_t size, std::size_t alignment, bool zeroed,
                       std::size_t reserve_hint = 0) noexcept;
   void huge_free(gpa::segment* s) noexcept;
-  bool huge_resize(gpa::segment* s, std::size_t new_size) noexcept;
+  bool huge_resize(gpa::segment* s, std::size_t new_size, bool populate = false) noexcept;
+  void* huge_move(gpa::segment* s, std::size_t new_size, bool populate) noexcept;
+  bool recycle_into(gpa::segment* s, std::size_t total) noexcept;
+  void* grow_block(void* p, std::size_t copy_bytes, std::size_t new_size, std::size_t alignment,
+                   bool populate) noexcept;
   // debug.cpp
   void* debug_allocate(std::size_t size, std::size_t alignment) noexcept;
   void debug_free(void* p) noexcept;

@@ -213,6 +213,23 @@ status move_pages(void* from, std::size_t bytes, void* to) noexcept {
 #endif
 }
 
+status move_and_grow_pages(void* from, std::size_t bytes, void* to, std::size_t new_bytes) noexcept {
+  const auto source = reinterpret_cast<std::uintptr_t>(from);
+  const auto target = reinterpret_cast<std::uintptr_t>(to);
+  if (!page_aligned(from, bytes) || !page_aligned(to, new_bytes) || bytes == 0 || new_bytes < bytes ||
+      (source < target + new_bytes && target < source + bytes)) {
+    return status::failure(EINVAL);
+  }
+#if defined(__linux__)
+  if (int error = detail::injected_failure(operation::map)) return status::failure(error);
+  void* p = ::mremap(from, bytes, new_bytes, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+  if (p == MAP_FAILED) return status::failure(errno);
+  return {};
+#else
+  return status::failure(ENOTSUP);
+#endif
+}
+
 status advise_huge_pages(void* address, std::size_t bytes) noexcept {
   if (!page_aligned(address, bytes)) return status::failure(EINVAL);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)

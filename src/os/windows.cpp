@@ -200,6 +200,10 @@ status move_pages(void* from, std::size_t bytes, void* to) noexcept {
   return status::failure(not_supported);
 }
 
+status move_and_grow_pages(void*, std::size_t, void*, std::size_t) noexcept {
+  return status::failure(not_supported);
+}
+
 status advise_huge_pages(void* address, std::size_t bytes) noexcept {
   if (!page_aligned(address, bytes)) return status::failure(invalid_parameter);
   return status::failure(not_supported);
