@@ -1,13 +1,17 @@
 // Suite "malloc-workloads" (issue 4): the allocation patterns general-purpose allocator benchmarks
 // use, each run in a fresh child process on every malloc peer by LD_PRELOAD (glibc, jemalloc,
 // mimalloc, tcmalloc and memkit's drop-in), and on memkit's C++ API linked directly. Each is
-// measured as wall time of the workload and peak RSS of the child.
+// measured as wall time of the workload and peak RSS of the child, except producer-consumer,
+// which runs for a fixed time and is measured in frees per second (reported as time per free).
 //
 //   larson             server churn: threads replace random blocks in their own arrays; every
 //                      epoch, new threads take over the arrays (and free what dead threads
 //                      allocated), as in Larson and Krishnan's benchmark
-//   producer-consumer  producers allocate and fill blocks, consumers on other threads check and
-//                      free them (every free is a cross-thread free)
+//   producer-consumer  follows xmalloc-test (Lever and Boreham, as mimalloc-bench runs it with
+//                      -w 2 -s 64): writers allocate 64-byte blocks and hand them in batches of
+//                      4096 to readers that free them (every free is a cross-thread free)
+//   glibc-simple       follows glibc's bench-malloc-simple (mimalloc-bench's glibc-simple): one
+//                      thread allocates and frees n small blocks at a time in a tight loop
 //   random-lifetimes   many small objects of random sizes (mostly tiny, some large) replaced at
 //                      random, so lifetimes are random and the heap fragments
 //   realloc-strings    dozens of strings grown in turns by small appends, realloc on each
@@ -17,7 +21,9 @@
 //                      threads' objects share a cache line shows it here
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -85,8 +91,15 @@ void* must_allocate(std::size_t n) {
 
 // ---- workloads (scale: 1 = the quick profile) -------------------------------------------------
 
+// What a workload reports: nothing for those measured as the child's time of the whole call; its
+// own time and operation count for those that run for a fixed time and count what they did.
+struct outcome {
+  double ns = 0;
+  std::uint64_t operations = 0;
+};
+
 template <class Heap>
-void larson(double scale) {
+outcome larson(double scale) {
   constexpr int threads = 4;
   constexpr std::size_t slots = 4000;
   const int epochs = 4;
@@ -116,84 +129,141 @@ void larson(double scale) {
   for (auto& array : arrays)
     for (auto& b : array)
       if (b.p != nullptr) Heap::release(b.p, b.size);
+  return {};
 }
 
+// Follows xmalloc-test (Lever and Boreham, "malloc() Performance in a Multithreaded Linux
+// Environment", USENIX 2000; as run by mimalloc-bench with -w 2 -t 5 -s 64): writer threads
+// allocate fixed-size blocks, write their first bytes and hand them over in batches through one
+// shared, bounded stack to as many reader threads, which free them. It runs for a fixed time and
+// counts frees: every block is freed by a thread other than the one that allocated it, and so is
+// every batch record.
 template <class Heap>
-void producer_consumer(double scale) {
-  constexpr int pairs = 2;
-  constexpr std::size_t batch_size = 64;
-  constexpr std::size_t queue_capacity = 256;  // batches
-  const auto per_producer = static_cast<std::size_t>(1000000 * scale);
+outcome producer_consumer(double scale) {
+  constexpr int writers = 2;  // and as many readers
+  constexpr std::size_t block_size = 64;
+  constexpr std::size_t per_batch = 4096;
+  constexpr std::size_t queued_limit = 100;  // batches waiting; writers block beyond it
+  // -t 5 in the published runs; scaled down for the quick (3 s) and smoke (0.5 s) profiles.
+  const double seconds = std::min(5.0, std::max(0.5, 3.0 * scale));
   struct batch {
-    std::size_t count = 0;
-    void* blocks[batch_size];
-    std::size_t sizes[batch_size];
+    batch* next;
+    void* blocks[per_batch];
   };
-  // A bounded ring of batches, preallocated so that the queue itself allocates nothing.
-  std::vector<batch> ring(queue_capacity);
-  std::size_t head = 0, tail = 0, filled = 0;
-  int producers_left = pairs;
+  struct alignas(64) counter {
+    std::uint64_t frees = 0;
+  };
+  batch* stack = nullptr;  // the most recent batch is taken first, as in the published program
+  std::size_t queued = 0;
   std::mutex mutex;
   std::condition_variable not_full, not_empty;
+  std::atomic<bool> stop{false};
   std::atomic<std::size_t> corrupted{0};
+  counter counts[writers];
 
-  auto producer = [&](int id) {
-    random_source random(static_cast<std::uint64_t>(id + 100));
-    batch local;
-    auto push = [&] {
+  auto writer = [&] {
+    std::uint64_t round = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      auto* b = static_cast<batch*>(must_allocate<Heap>(sizeof(batch)));
+      for (std::size_t i = 0; i < per_batch; ++i) {
+        void* p = must_allocate<Heap>(block_size);
+        std::memset(p, static_cast<int>((round + i) & 0xff), block_size);
+        b->blocks[i] = p;
+      }
+      ++round;
       std::unique_lock lock(mutex);
-      not_full.wait(lock, [&] { return filled < queue_capacity; });
-      ring[tail] = local;
-      tail = (tail + 1) % queue_capacity;
-      ++filled;
+      not_full.wait(lock, [&] { return queued < queued_limit || stop.load(std::memory_order_relaxed); });
+      b->next = stack;
+      stack = b;
+      ++queued;
       not_empty.notify_one();
-      local.count = 0;
-    };
-    for (std::size_t i = 0; i < per_producer; ++i) {
-      std::size_t size = random.between(16, 256);
-      auto* p = static_cast<unsigned char*>(must_allocate<Heap>(size));
-      p[0] = static_cast<unsigned char>(size);
-      p[size - 1] = static_cast<unsigned char>(size);
-      local.blocks[local.count] = p;
-      local.sizes[local.count] = size;
-      if (++local.count == batch_size) push();
     }
-    if (local.count != 0) push();
-    std::lock_guard lock(mutex);
-    if (--producers_left == 0) not_empty.notify_all();
   };
-  auto consumer = [&] {
+  auto reader = [&](int id) {
     for (;;) {
-      batch local;
+      batch* b;
       {
         std::unique_lock lock(mutex);
-        not_empty.wait(lock, [&] { return filled != 0 || producers_left == 0; });
-        if (filled == 0) return;
-        local = ring[head];
-        head = (head + 1) % queue_capacity;
-        --filled;
+        not_empty.wait(lock, [&] { return stack != nullptr || stop.load(std::memory_order_relaxed); });
+        if (stack == nullptr) return;
+        if (stop.load(std::memory_order_relaxed)) return;  // what is left is freed untimed
+        b = stack;
+        stack = b->next;
+        --queued;
         not_full.notify_one();
       }
-      for (std::size_t i = 0; i < local.count; ++i) {
-        auto* p = static_cast<unsigned char*>(local.blocks[i]);
-        const auto expected = static_cast<unsigned char>(local.sizes[i]);
-        if (p[0] != expected || p[local.sizes[i] - 1] != expected) corrupted.fetch_add(1);
-        Heap::release(p, local.sizes[i]);
+      for (std::size_t i = 0; i < per_batch; ++i) {
+        auto* p = static_cast<unsigned char*>(b->blocks[i]);
+        if (p[0] != p[block_size - 1]) corrupted.fetch_add(1, std::memory_order_relaxed);
+        Heap::release(p, block_size);
       }
+      Heap::release(b, sizeof(batch));
+      counts[id].frees += per_batch;
     }
   };
+  const auto start = clock::now();
   std::vector<std::thread> threads;
-  for (int i = 0; i < pairs; ++i) threads.emplace_back(producer, i);
-  for (int i = 0; i < pairs; ++i) threads.emplace_back(consumer);
+  for (int i = 0; i < writers; ++i) {
+    threads.emplace_back(reader, i);
+    threads.emplace_back(writer);
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  {
+    std::lock_guard lock(mutex);
+    stop.store(true, std::memory_order_relaxed);
+  }
+  not_full.notify_all();
+  not_empty.notify_all();
   for (auto& t : threads) t.join();
+  const double ns = nanoseconds(start, clock::now());
+  std::uint64_t frees = 0;
+  for (auto& c : counts) frees += c.frees;
+  while (stack != nullptr) {
+    batch* b = stack;
+    stack = b->next;
+    for (void* p : b->blocks) Heap::release(p, block_size);
+    Heap::release(b, sizeof(batch));
+  }
   if (corrupted.load() != 0) {
     std::fprintf(stderr, "malloc-workloads: %zu corrupted blocks\n", corrupted.load());
     std::_Exit(4);
   }
+  return {ns, frees};
+}
+
+// Follows glibc's bench-malloc-simple (as run by mimalloc-bench's glibc-simple): one thread
+// allocates n blocks of one small size, writes every word of them and frees them in allocation
+// order, for n = 25, 100, 400 and 1600 and sizes 16, 32 and 64 bytes; on the main thread, then on
+// a new thread, then on the main thread again (where glibc no longer takes its single-thread
+// shortcuts). Measured as time.
+template <class Heap>
+outcome small_loop(double scale) {
+  constexpr std::size_t max_live = 1600;
+  const auto pairs = static_cast<std::size_t>(500000 * scale);  // per (size, n) and pass
+  void** live = static_cast<void**>(must_allocate<Heap>(max_live * sizeof(void*)));
+  auto pass = [&](std::size_t size) {
+    for (std::size_t n : {std::size_t{25}, std::size_t{100}, std::size_t{400}, max_live}) {
+      for (std::size_t round = 0, rounds = pairs / n; round < rounds; ++round) {
+        for (std::size_t i = 0; i < n; ++i) {
+          auto* words = static_cast<std::uint32_t*>(must_allocate<Heap>(size));
+          for (std::size_t w = 0; w < size / sizeof(std::uint32_t); ++w) words[w] = static_cast<std::uint32_t>(w);
+          live[i] = words;
+        }
+        for (std::size_t i = 0; i < n; ++i) Heap::release(live[i], size);
+      }
+    }
+  };
+  for (std::size_t size : {std::size_t{16}, std::size_t{32}, std::size_t{64}}) {
+    pass(size);
+    std::thread([&] { pass(size); }).join();
+    pass(size);
+  }
+  Heap::release(live, max_live * sizeof(void*));
+  return {};
 }
 
 template <class Heap>
-void random_lifetimes(double scale) {
+outcome random_lifetimes(double scale) {
   constexpr std::size_t live = 50000;
   const auto operations = static_cast<std::size_t>(2000000 * scale);
   random_source random(7);
@@ -219,10 +289,11 @@ void random_lifetimes(double scale) {
   }
   for (auto& b : blocks)
     if (b.p != nullptr) Heap::release(b.p, b.size);
+  return {};
 }
 
 template <class Heap>
-void realloc_strings(double scale) {
+outcome realloc_strings(double scale) {
   constexpr std::size_t strings = 64;
   const auto appends = static_cast<std::size_t>(2000000 * scale);
   random_source random(11);
@@ -251,10 +322,11 @@ void realloc_strings(double scale) {
   }
   for (auto& t : texts)
     if (t.data != nullptr) Heap::release(t.data, t.length + 1);
+  return {};
 }
 
 template <class Heap>
-void large(double scale) {
+outcome large(double scale) {
   constexpr std::size_t window = 8;
   const auto operations = static_cast<std::size_t>(600 * scale);
   const std::size_t page = os::page_size();
@@ -275,10 +347,11 @@ void large(double scale) {
   }
   for (auto& b : blocks)
     if (b.p != nullptr) Heap::release(b.p, b.size);
+  return {};
 }
 
 template <class Heap>
-void false_sharing(double scale) {
+outcome false_sharing(double scale) {
   constexpr int threads = 4;
   constexpr std::size_t object_size = 8;
   constexpr int writes = 200;
@@ -300,28 +373,36 @@ void false_sharing(double scale) {
     });
   }
   for (auto& w : workers) w.join();
+  return {};
 }
 
 struct workload {
   const char* name;
   const char* parameters;
-  void (*with_malloc)(double);
-  void (*with_memkit)(double);
+  outcome (*with_malloc)(double);
+  outcome (*with_memkit)(double);
+  const char* counted;  // what a fixed-time workload counts ("free"); null: measured as time
 };
 
-#define MEMKIT_WORKLOAD(name, parameters, function) \
-  workload { name, parameters, function<c_heap>, function<memkit_heap> }
+#define MEMKIT_WORKLOAD(name, parameters, function, counted) \
+  workload { name, parameters, function<c_heap>, function<memkit_heap>, counted }
 
 const workload workloads[] = {
-    MEMKIT_WORKLOAD("larson", "4 threads x 4 epochs, 4000 slots each, 16..512 B", larson),
-    MEMKIT_WORKLOAD("producer-consumer", "2 producers, 2 consumers, 16..256 B", producer_consumer),
-    MEMKIT_WORKLOAD("random-lifetimes", "50000 live, 8 B..32 KiB (85% <= 128 B)", random_lifetimes),
-    MEMKIT_WORKLOAD("realloc-strings", "64 strings, appends of 1..24 B up to 16 KiB", realloc_strings),
-    MEMKIT_WORKLOAD("large", "8 live, 64 KiB..8 MiB, every page written", large),
-    MEMKIT_WORKLOAD("false-sharing", "4 threads, 8 B objects, 200 writes each", false_sharing),
+    MEMKIT_WORKLOAD("larson", "4 threads x 4 epochs, 4000 slots each, 16..512 B", larson, nullptr),
+    MEMKIT_WORKLOAD("producer-consumer",
+                    "xmalloc-test -w 2 -s 64: 2 writers, 2 readers, batches of 4096, 3 s (smoke 0.5 s, "
+                    "full 5 s)",
+                    producer_consumer, "free"),
+    MEMKIT_WORKLOAD("glibc-simple", "one thread, n = 25..1600 blocks of 16, 32, 64 B, FIFO frees",
+                    small_loop, nullptr),
+    MEMKIT_WORKLOAD("random-lifetimes", "50000 live, 8 B..32 KiB (85% <= 128 B)", random_lifetimes, nullptr),
+    MEMKIT_WORKLOAD("realloc-strings", "64 strings, appends of 1..24 B up to 16 KiB", realloc_strings, nullptr),
+    MEMKIT_WORKLOAD("large", "8 live, 64 KiB..8 MiB, every page written", large, nullptr),
+    MEMKIT_WORKLOAD("false-sharing", "4 threads, 8 B objects, 200 writes each", false_sharing, nullptr),
 };
 
-// Child: `WORKLOAD malloc|memkit SCALE` prints ns= and peak_rss=.
+// Child: `WORKLOAD malloc|memkit SCALE` prints ns=, peak_rss= and, for fixed-time workloads,
+// operations=.
 int child(const std::vector<std::string>& args) {
   if (args.size() != 3) {
     std::fprintf(stderr, "malloc-workloads child: expected 'WORKLOAD malloc|memkit SCALE'\n");
@@ -330,13 +411,14 @@ int child(const std::vector<std::string>& args) {
   const double scale = std::strtod(args[2].c_str(), nullptr);
   for (auto& w : workloads) {
     if (args[0] != w.name) continue;
-    void (*function)(double) = args[1] == "memkit" ? w.with_memkit : w.with_malloc;
+    outcome (*function)(double) = args[1] == "memkit" ? w.with_memkit : w.with_malloc;
     if (function == nullptr) return 2;
     auto start = clock::now();
-    function(scale);
-    const double ns = nanoseconds(start, clock::now());
+    const outcome result = function(scale);
+    const double ns = result.ns > 0 ? result.ns : nanoseconds(start, clock::now());
     auto peak = os::peak_resident_bytes();
     std::printf("ns=%.0f\npeak_rss=%zu\n", ns, peak.ok() ? peak.value() : std::size_t{0});
+    if (w.counted != nullptr) std::printf("operations=%llu\n", static_cast<unsigned long long>(result.operations));
     return 0;
   }
   std::fprintf(stderr, "malloc-workloads child: unknown workload '%s'\n", args[0].c_str());
@@ -373,6 +455,11 @@ void run(context& ctx) {
   const std::size_t workload_count = std::size(workloads);
   std::vector<std::vector<double>> time(subjects.size(), std::vector<double>(workload_count, 0));
   std::vector<std::vector<double>> rss = time;
+  auto subject_index = [&](const std::string& name) -> int {
+    for (std::size_t s = 0; s < subjects.size(); ++s)
+      if (subjects[s].name == name && subjects[s].available) return static_cast<int>(s);
+    return -1;
+  };
   std::size_t step = 0;
   // Repetitions are interleaved (every subject once, then every subject again, ...) so that the
   // load of a shared machine, which drifts over a run, weighs on all subjects alike.
@@ -391,8 +478,41 @@ void run(context& ctx) {
                        std::to_string(out.signal) + ")";
           continue;
         }
-        ns[s].push_back(out.number("ns"));
+        double value = out.number("ns");
+        if (workloads[w].counted != nullptr) {
+          const double operations = out.number("operations", 0);
+          if (operations <= 0) {
+            failure[s] = "child counted no operations";
+            continue;
+          }
+          value /= operations;  // time per operation: lower is better, like the others
+        }
+        ns[s].push_back(value);
         peak[s].push_back(out.number("peak_rss", 0));
+      }
+    }
+    // The issue's two targets, from the interleaved repetitions: mimalloc's time (per free) over
+    // the drop-in's, so that > 1 means memkit faster (for producer-consumer this is memkit's frees
+    // per second over mimalloc's).
+    const std::string name = workloads[w].name;
+    const int mimalloc_at = subject_index("mimalloc"), dropin_at = subject_index("memkit (LD_PRELOAD)");
+    if ((name == "producer-consumer" || name == "glibc-simple") && mimalloc_at >= 0 && dropin_at >= 0) {
+      const auto& peer = ns[static_cast<std::size_t>(mimalloc_at)];
+      const auto& mine = ns[static_cast<std::size_t>(dropin_at)];
+      std::vector<double> ratios;
+      for (std::size_t i = 0; i < peer.size() && i < mine.size(); ++i) ratios.push_back(peer[i] / mine[i]);
+      const std::string what = name == "producer-consumer"
+                                   ? "producer-consumer: memkit (LD_PRELOAD) / mimalloc frees per second"
+                                   : "glibc-simple: mimalloc / memkit (LD_PRELOAD) time";
+      if (ratios.empty()) {
+        ctx.note(what + ": not measured (a subject failed)");
+      } else {
+        const auto [low, high] = std::minmax_element(ratios.begin(), ratios.end());
+        char text[300];
+        std::snprintf(text, sizeof text, "%s: %.3fx (min-max %.3f-%.3f over %zu interleaved runs; > 1: memkit faster)",
+                      what.c_str(), median(ratios), *low, *high, ratios.size());
+        ctx.note(text);
+        ctx.check({what + " (> 1: memkit faster)", median(ratios), ">=", 1.0, "x"});
       }
     }
     for (std::size_t s = 0; s < subjects.size(); ++s) {
@@ -406,7 +526,13 @@ void run(context& ctx) {
       } else {
         time[s][w] = median(ns[s]);
         rss[s][w] = median(peak[s]);
-        r.metrics = {{"time", time[s][w], "ns"}, {"peak_rss", rss[s][w], "bytes"}};
+        if (workloads[w].counted != nullptr) {
+          r.metrics = {{std::string(workloads[w].counted) + "s_per_s", 1e9 / time[s][w], "1/s"},
+                       {"time_per_" + std::string(workloads[w].counted), time[s][w], "ns"},
+                       {"peak_rss", rss[s][w], "bytes"}};
+        } else {
+          r.metrics = {{"time", time[s][w], "ns"}, {"peak_rss", rss[s][w], "bytes"}};
+        }
       }
       ctx.record(std::move(r));
     }
@@ -455,7 +581,7 @@ void run(context& ctx) {
 }  // namespace
 
 MEMKIT_BENCH_SUITE(malloc_workloads, "malloc-workloads",
-                   "issue 4: larson, producer/consumer, random lifetimes, realloc strings, large, "
+                   "issue 4: larson, producer/consumer (xmalloc-test), glibc-simple, random lifetimes, realloc strings, large, "
                    "false sharing; time and peak RSS vs glibc/jemalloc/mimalloc/tcmalloc",
                    run, child);
 

@@ -814,6 +814,109 @@ TEST_F(general_allocator_test, a_heap_of_an_exited_thread_is_adopted) {
   a.free(survivor);  // freed from a third thread
 }
 
+// The global instance's fast path finds a size's page through a per-size table: every size up to
+// the table's end and past it gets a block of the class good_size() names, at the alignment asked.
+TEST_F(general_allocator_test, global_instance_gives_every_small_size_its_class) {
+  general_allocator& g = general_allocator::global();
+  std::vector<void*> blocks;
+  for (std::size_t size = 1; size <= 1100; ++size) {
+    for (std::size_t alignment : {std::size_t{1}, std::size_t{8}, std::size_t{16}}) {
+      void* p = g.allocate(size, alignment);
+      ASSERT_NE(p, nullptr);
+      EXPECT_TRUE(aligned(p, size <= 8 && alignment <= 8 ? 8 : 16)) << size;
+      const std::size_t expected = size <= 8 && alignment <= 8 ? 8 : g.good_size(size < 16 ? 16 : size);
+      EXPECT_EQ(g.usable_size(p), expected) << size << " at " << alignment;
+      std::memset(p, 0x5a, size);
+      blocks.push_back(p);
+    }
+  }
+  for (void* p : blocks) g.free(p);
+}
+
+// Blocks of full pages freed by another thread come back to the owner (the page's thread-free
+// list, collected when the owner runs dry): the same number of allocations needs no new page.
+// The global instance, so that its fast paths are the ones tested.
+TEST_F(general_allocator_test, remote_frees_into_full_pages_are_reused_by_the_owner) {
+  general_allocator& g = general_allocator::global();
+  std::thread([&] {
+    constexpr int count = 5000;  // several 64 KiB pages of 64-byte blocks
+    std::vector<void*> blocks;
+    for (int i = 0; i < count; ++i) blocks.push_back(g.allocate(64));
+    for (int round = 0; round < 3; ++round) {
+      std::thread([&] {
+        for (void* p : blocks) g.free(p);
+      }).join();
+      const auto pages = g.statistics().size_classes[4].pages;
+      for (int i = 0; i < count; ++i) {
+        blocks[static_cast<std::size_t>(i)] = g.allocate(64);
+        ASSERT_NE(blocks[static_cast<std::size_t>(i)], nullptr);
+        std::memset(blocks[static_cast<std::size_t>(i)], round, 64);
+      }
+      EXPECT_EQ(g.statistics().size_classes[4].pages, pages) << "round " << round;
+    }
+    for (void* p : blocks) g.free(p);
+  }).join();
+}
+
+// The owner exits while blocks freed by another thread still sit in its pages' thread-free lists;
+// the next thread adopts the heap and gets them back without new pages, and nothing stays live.
+TEST_F(general_allocator_test, a_thread_exiting_with_pending_remote_frees_leaves_them_reusable) {
+  general_allocator a;
+  constexpr int count = 5000;
+  std::vector<void*> blocks;
+  std::atomic<bool> allocated{false}, freed{false};
+  std::thread owner([&] {
+    for (int i = 0; i < count; ++i) blocks.push_back(a.allocate(64));
+    allocated.store(true);
+    while (!freed.load()) std::this_thread::yield();  // alive, but not allocating
+  });
+  while (!allocated.load()) std::this_thread::yield();
+  const auto pages = a.statistics().size_classes[4].pages;  // all blocks live
+  std::thread([&] {
+    for (void* p : blocks) a.free(p);
+  }).join();
+  freed.store(true);
+  owner.join();  // its exit collects what it can and releases empty pages
+  std::thread([&] {
+    for (int i = 0; i < count; ++i) blocks[static_cast<std::size_t>(i)] = a.allocate(64);
+    EXPECT_EQ(a.statistics().heaps, 1u);  // adopted
+    EXPECT_LE(a.statistics().size_classes[4].pages, pages);  // no block was lost in a page
+    for (void* p : blocks) a.free(p);
+  }).join();
+  const auto s = a.statistics();
+  EXPECT_EQ(s.live_bytes, 0u);
+  EXPECT_EQ(s.size_classes[4].allocations, 2u * count);
+  EXPECT_EQ(s.size_classes[4].frees, 2u * count);
+}
+
+// Blocks of an exited thread's heap freed while the heap has no owner: they wait in the pages
+// (full pages are put on the heap's notified stack), and the thread that adopts the heap finds
+// them; their contents until the free were intact.
+TEST_F(general_allocator_test, an_abandoned_heap_takes_remote_frees_and_its_adopter_reuses_them) {
+  general_allocator a;
+  constexpr int count = 5000;
+  std::vector<void*> blocks;
+  std::thread([&] {
+    for (int i = 0; i < count; ++i) {
+      void* p = a.allocate(64);
+      fill(p, 64, static_cast<unsigned char>(i));
+      blocks.push_back(p);
+    }
+  }).join();  // abandoned with every block live
+  const auto pages = a.statistics().size_classes[4].pages;
+  for (int i = 0; i < count; ++i) {
+    EXPECT_TRUE(check(blocks[static_cast<std::size_t>(i)], 64, static_cast<unsigned char>(i)));
+    a.free(blocks[static_cast<std::size_t>(i)]);  // a remote free: this thread owns no heap of `a`
+  }
+  std::thread([&] {
+    std::vector<void*> again;
+    for (int i = 0; i < count; ++i) again.push_back(a.allocate(64));
+    EXPECT_EQ(a.statistics().size_classes[4].pages, pages);
+    for (void* p : again) a.free(p);
+  }).join();
+  EXPECT_EQ(a.statistics().live_bytes, 0u);
+}
+
 TEST_F(general_allocator_test, global_instance_works_from_static_constructors) {
   ASSERT_NE(early_user.block, nullptr);
   EXPECT_TRUE(general_allocator::global().owns(early_user.block));

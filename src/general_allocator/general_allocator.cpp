@@ -106,18 +106,18 @@ namespace {
 }  // namespace
 
 void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexcept {
-  // Fast path: the global instance, a thread that has its heap, 1..8192 bytes at alignment 1, 2,
-  // 4, 8 or 16 (the bits of 0x10116), release mode. Every other case takes the fallback.
-  if (MEMKIT_LIKELY(size - 1 < small_table_max && alignment <= default_alignment && fast_ &&
+  // Fast path: the global instance, a thread that has its heap, 1..1024 bytes at alignment 1, 2,
+  // 4, 8 or 16 (the bits of 0x10116), release mode: one load finds the page (heap::direct), whose
+  // free list is empty for an empty queue. Every other case takes the fallback.
+  if (MEMKIT_LIKELY(size - 1 < direct_max && alignment <= default_alignment && fast_ &&
                     ((0x10116u >> alignment) & 1u) != 0)) {
     heap* h = global_heap;
     if (MEMKIT_LIKELY(h != nullptr)) {
-      // Class 0 (8-byte blocks, 8-aligned) only when the caller accepts 8-byte alignment.
-      const std::size_t cls = small_class_table[(size + 15) >> 4] -
-                              static_cast<std::size_t>((size <= 8) & (alignment <= 8));
-      page* pg = h->queues[0][cls].first;
-      if (MEMKIT_LIKELY(pg != nullptr && pg->free != nullptr)) return pop_free_block(pg);
-      return impl_->allocate_slow(h, cls, false);
+      // Index 0 (8-byte blocks, 8-aligned) only when the caller accepts 8-byte alignment.
+      const std::size_t index = ((size + 15) >> 4) - static_cast<std::size_t>((size <= 8) & (alignment <= 8));
+      page* pg = h->direct[index];
+      if (MEMKIT_LIKELY(pg->free != nullptr)) return pop_free_block(pg);
+      return impl_->allocate_slow(h, direct_class(index), false);
     }
   }
   return allocate_fallback(impl_, size, alignment);
@@ -168,7 +168,7 @@ void general_allocator::impl::free_block(segment* s, page* pg, void* p) noexcept
   if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id())) {
     b->next = pg->free;
     pg->free = b;
-    if (MEMKIT_UNLIKELY(--pg->used == 0 || pg->in_full)) {
+    if (MEMKIT_UNLIKELY(pg->used.decrement_is_zero() || pg->in_full)) {
       free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
     }
     return;
@@ -180,33 +180,61 @@ void general_allocator::impl::free_block(segment* s, page* pg, void* p) noexcept
   free_remote(s, pg, b);
 }
 
+namespace {
+
+// The rest of free() once the fast path's tests failed: a debug or full page of this thread, or a
+// block of another thread, a large block, a debug block. Out of line so that free()'s local path
+// needs no stack frame.
+[[gnu::noinline]] void free_other(general_allocator::impl* im, segment* s, page* pg, void* p) noexcept {
+  auto* b = static_cast<block*>(p);
+  if (s->thread_id.load(std::memory_order_relaxed) == current_thread_id()) {
+    if (pg->debug) {  // allocated while debug mode was on
+      im->debug_free(p);
+      return;
+    }
+    b->next = pg->free;  // a full page: it goes back to its queue
+    pg->free = b;
+    --pg->used;
+    im->free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
+    return;
+  }
+  if (s->kind == segment_kind::huge) {
+    if (pg->debug) im->debug_free(p);
+    else im->huge_free(s);
+    return;
+  }
+  // Another thread's page: a debug page is known by its records (in the line remote frees touch
+  // anyway, not the owner's first line that holds `debug`).
+  if (pg->records != nullptr) {
+    im->debug_free(p);
+    return;
+  }
+  im->free_remote(s, pg, b);
+}
+
+}  // namespace
+
 void general_allocator::free(void* p) noexcept {
   if (p == nullptr) return;
-  impl* im = impl_;
   if (MEMKIT_UNLIKELY(options_.debug)) {
-    im->debug_free(p);
+    impl_->debug_free(p);
     return;
   }
   segment* s = segment_of(p);
   page* pg = page_of(s, p);
-  if (MEMKIT_UNLIKELY(pg->debug)) {  // allocated while debug mode was on
-    im->debug_free(p);
-    return;
-  }
-  auto* b = static_cast<block*>(p);
-  if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id())) {
+  // Local and plain (neither a full page nor a debug page): push, count, done. A page whose count
+  // reaches zero may be released (free_local_slow).
+  if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id() &&
+                    local_free_is_plain(pg))) {
+    auto* b = static_cast<block*>(p);
     b->next = pg->free;
     pg->free = b;
-    if (MEMKIT_UNLIKELY(--pg->used == 0 || pg->in_full)) {
-      im->free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
+    if (MEMKIT_UNLIKELY(pg->used.decrement_is_zero())) {
+      impl_->free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
     }
     return;
   }
-  if (s->kind == segment_kind::huge) {
-    im->huge_free(s);
-    return;
-  }
-  im->free_remote(s, pg, b);
+  free_other(impl_, s, pg, p);
 }
 
 // ---- sizes and resizing -----------------------------------------------------------------------------

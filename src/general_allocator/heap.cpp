@@ -11,6 +11,7 @@ using namespace gpa;
 
 namespace gpa {
 constinit thread_local heap* global_heap __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit page empty_page;
 }  // namespace gpa
 
 heap* general_allocator::impl::attach_heap() noexcept {
@@ -32,6 +33,7 @@ heap* general_allocator::impl::attach_heap() noexcept {
     if (!mapped) return nullptr;
     h = new (mapped.value()) heap();
     h->instance = this;
+    for (page*& entry : h->direct) entry = &empty_page;
     mapped_bytes.fetch_add(detail::align_up(sizeof(heap), os::page_size()), std::memory_order_relaxed);
     resident_bytes.fetch_add(detail::align_up(sizeof(heap), os::page_size()), std::memory_order_relaxed);
     h->thread_id.store(tid, std::memory_order_relaxed);
@@ -66,6 +68,7 @@ void general_allocator::impl::collect_heap(heap* h, bool everything) noexcept {
       if (pg->in_full && pg->free != nullptr) {
         pg->in_full = false;
         queue_push_front(queue_of(h, pg), pg);
+        queue_changed(h, pg);
         std::uintptr_t expected = tf_notify;
         pg->thread_free.compare_exchange_strong(expected, tf_normal, std::memory_order_acq_rel,
                                                 std::memory_order_relaxed);

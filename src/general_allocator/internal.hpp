@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "memkit/detail/config.hpp"
 #include "memkit/general_allocator.hpp"
@@ -168,6 +169,49 @@ struct debug_record {
 };
 enum record_state : std::uint8_t { never_used = 0, live = 1, freed = 2 };
 
+// Adds `n` to a counter only the calling thread writes, which other threads may read (relaxed).
+// On x86-64 one plain (not locked) add to memory: no other thread writes the counter, and an
+// aligned store is atomic, so a concurrent reader sees the old or the new value, exactly as with
+// a relaxed load and store, which compilers do not fuse into one instruction. Elsewhere, and under
+// ThreadSanitizer (which cannot see into asm), the relaxed load and store.
+#if defined(__SANITIZE_THREAD__)
+#define MEMKIT_GPA_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MEMKIT_GPA_TSAN 1
+#endif
+#endif
+#if defined(__x86_64__) && !defined(MEMKIT_GPA_TSAN)
+#define MEMKIT_OWNER_ADD_ASM 1
+#endif
+template <class T>
+inline void owner_add(std::atomic<T>& counter, T n) noexcept {
+  static_assert(sizeof(std::atomic<T>) == sizeof(T) && std::atomic<T>::is_always_lock_free);
+#ifdef MEMKIT_OWNER_ADD_ASM
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8);
+  if constexpr (sizeof(T) == 8) {
+    __asm__("addq %1, %0" : "+m"(*reinterpret_cast<T*>(&counter)) : "er"(n));
+  } else {
+    __asm__("addl %1, %0" : "+m"(*reinterpret_cast<T*>(&counter)) : "er"(n));
+  }
+#else
+  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+#endif
+}
+
+// Subtracts one from such a counter; true when it reached zero (the flags of the same instruction).
+inline bool owner_decrement_is_zero(std::atomic<std::uint32_t>& counter) noexcept {
+#ifdef MEMKIT_OWNER_ADD_ASM
+  bool zero;
+  __asm__("subl $1, %0" : "+m"(*reinterpret_cast<std::uint32_t*>(&counter)), "=@ccz"(zero));
+  return zero;
+#else
+  const std::uint32_t v = counter.load(std::memory_order_relaxed) - 1;
+  counter.store(v, std::memory_order_relaxed);
+  return v == 0;
+#endif
+}
+
 // A count only the owning thread changes: plain loads and stores (no locked instruction), but
 // atomic so that statistics() may read it from another thread.
 class owned_count {
@@ -179,6 +223,9 @@ class owned_count {
   operator std::uint32_t() const noexcept { return value_.load(std::memory_order_relaxed); }
   std::uint32_t operator++() noexcept { return add(1); }
   std::uint32_t operator--() noexcept { return add(static_cast<std::uint32_t>(-1)); }
+  // ++ and -- of the fast paths, which need no value back (see owner_add).
+  void increment() noexcept { owner_add(value_, std::uint32_t{1}); }
+  bool decrement_is_zero() noexcept { return owner_decrement_is_zero(value_); }
   owned_count& operator-=(std::uint32_t n) noexcept {
     add(static_cast<std::uint32_t>(0u - n));
     return *this;
@@ -193,7 +240,10 @@ class owned_count {
   std::atomic<std::uint32_t> value_{0};
 };
 
-struct page {
+// The first cache line holds what the owner touches on every allocation and local free; the
+// second what other threads touch when they free into the page (thread_free, and `records` to
+// tell a debug page), so a remote free does not take the owner's hot line away from it.
+struct alignas(64) page {
   block* free = nullptr;            // blocks ready to hand out (owner only)
   owned_count used;                 // blocks handed out and not collected back
   std::uint32_t capacity = 0;       // blocks carved from the page so far
@@ -202,22 +252,24 @@ struct page {
   std::uint8_t size_class = 0;
   bool in_use = false;              // holds blocks of a class (else free in its segment)
   bool in_full = false;             // taken out of its queue because it had no free block
-  bool debug = false;               // blocks carry debug records
+  bool debug = false;               // blocks carry debug records (right after in_full: see
+                                    // local_free_is_plain)
   bool purged = true;               // memory returned to the OS since last use
   bool on_purge_list = false;
   std::uint8_t index = 0;           // position in its segment
   std::uint8_t span_head = 0;       // large-kind slice inside a span: the span's first slice
-  char* start = nullptr;            // first block
-  char* area_end = nullptr;         // end of the page's memory
-  page* next = nullptr;             // queue (in use) or purge list (free)
   // Blocks handed out since the page was taken (owner only; statistics() reads it). In the first
   // cache line with `free` and `used`, so that counting an allocation touches no other line; the
   // heap's per-class counters take it over when the page is released.
   std::atomic<std::uint64_t> allocated{0};
-  page* prev = nullptr;
+  char* start = nullptr;            // first block
+  char* area_end = nullptr;         // end of the page's memory
+  page* next = nullptr;             // queue (in use) or purge list (free)
+  // ---- second cache line
   std::atomic<std::uintptr_t> thread_free{0};  // blocks freed by other threads | tf_* state
   page* notify_next = nullptr;      // link on the heap's notified stack
-  unsigned char* records = nullptr; // debug records (debug pages only), from the os layer
+  unsigned char* records = nullptr; // debug records (debug pages only, and all of them), from the os layer
+  page* prev = nullptr;
   std::uint32_t records_bytes = 0;  // at most 8192 records of at most 520 bytes
   std::uint16_t record_size = 0;
   std::uint16_t record_frames = 0;
@@ -227,6 +279,18 @@ struct page {
 };
 // 128 bytes: a page descriptor's address is the segment's plus a shifted index.
 static_assert(sizeof(page) == 128, "page descriptors must stay 128 bytes");
+static_assert(offsetof(page, thread_free) == 64 && offsetof(page, records) < 128,
+              "what remote frees touch must stay out of the owner's first cache line");
+static_assert(offsetof(page, debug) == offsetof(page, in_full) + 1,
+              "local_free_is_plain reads in_full and debug as one 16-bit word");
+
+// A local free is a plain list push when the page is neither full nor a debug page: both flags
+// read as one 16-bit load (one compare on the free fast path instead of two).
+inline bool local_free_is_plain(const page* pg) noexcept {
+  std::uint16_t flags;
+  std::memcpy(&flags, &pg->in_full, sizeof flags);
+  return flags == 0;
+}
 
 struct segment {
   std::atomic<std::uintptr_t> thread_id{0};  // owning thread (0: none, or a huge segment)
@@ -281,12 +345,23 @@ struct class_counters {
 // Adds to a counter only its owner writes: a plain load and store, no locked instruction, but
 // still an atomic so that statistics() may read it from another thread.
 inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noexcept {
-  counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  owner_add(counter, by);
 }
+
+// Sizes up to direct_max find their page in one load: heap::direct, indexed by (size + 15) / 16
+// (0: the 8-byte class), holds the first page of the class's queue, or empty_page when the queue
+// is empty, so the fast path tests only the page's free list (mimalloc's pages_free_direct).
+inline constexpr std::size_t direct_max = 1024;
+inline constexpr std::size_t direct_count = direct_max / 16 + 1;
+extern page empty_page;  // no free block, ever: its pages send allocations to the slow path
+
+// The size class of direct index `i`.
+inline std::size_t direct_class(std::size_t i) noexcept { return i == 0 ? 0 : small_class_table[i]; }
 
 struct heap {
   std::atomic<std::uintptr_t> thread_id{0};
   general_allocator::impl* instance = nullptr;
+  page* direct[direct_count] = {};  // see direct_max; set by attach_heap and queue_changed
   page_queue queues[2][class_count];  // [debug][class]
   std::atomic<page*> notified{nullptr};
   segment* free_segments[page_kind_count] = {};  // segments with a free page, per kind
@@ -482,7 +557,7 @@ inline void queue_remove(page_queue& q, page* pg) noexcept {
 inline block* pop_free_block(page* pg) noexcept {
   block* b = pg->free;
   pg->free = b->next;
-  ++pg->used;
+  pg->used.increment();
   bump(pg->allocated);
   return b;
 }
@@ -490,6 +565,22 @@ inline block* pop_free_block(page* pg) noexcept {
 inline page_queue& queue_of(heap* h, const page* pg) noexcept {
   return h->queues[pg->debug ? 1 : 0][pg->size_class];
 }
+
+// Points the heap's direct entries of a class at its queue's first page, after a queue operation
+// that may have changed it (owner only; a slow path, at most once per page filled or emptied).
+inline void queue_changed(heap* h, bool debug, std::size_t cls) noexcept {
+  if (debug || class_block_size(cls) > direct_max) return;
+  page* first = h->queues[0][cls].first;
+  page* target = first != nullptr ? first : &empty_page;
+  if (cls == 0) {
+    h->direct[0] = target;
+    return;
+  }
+  for (std::size_t i = 1; i < direct_count; ++i) {
+    if (small_class_table[i] == cls) h->direct[i] = target;
+  }
+}
+inline void queue_changed(heap* h, const page* pg) noexcept { queue_changed(h, pg->debug, pg->size_class); }
 
 }  // namespace memkit::gpa
 

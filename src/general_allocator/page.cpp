@@ -93,6 +93,7 @@ void general_allocator::impl::drain_notified(heap* h) noexcept {
       pg->in_full = false;
       // Behind the current page, which keeps serving while it has blocks.
       queue_push_back(queue_of(h, pg), pg);
+      queue_changed(h, pg);
     }
     maybe_release(this, h, pg);
   }
@@ -123,12 +124,14 @@ void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debu
       pg = acquire_page(h, cls, debug);
       if (pg == nullptr) return allocation_failure();
       queue_push_front(q, pg);
+      queue_changed(h, debug, cls);
     }
     if (pg->free == nullptr && reuse) collect_page(h, pg);
     if (pg->free == nullptr && pg->capacity < pg->reserved) extend_page(this, pg);
     if (pg->free != nullptr) return pop_free_block(pg);
     if (!mark_full(pg)) continue;  // remote frees arrived: collect them on the next turn
     queue_remove(q, pg);
+    queue_changed(h, debug, cls);
     pg->in_full = true;
   }
 }
@@ -142,6 +145,7 @@ void general_allocator::impl::free_local_slow(heap* h, page* pg) noexcept {
     // harmless for a page in its queue.
     pg->in_full = false;
     queue_push_back(queue_of(h, pg), pg);
+    queue_changed(h, pg);
   }
   if (pg->used == 0) maybe_release(this, h, pg);
 }
@@ -168,6 +172,7 @@ void general_allocator::impl::free_remote(segment* s, page* pg, block* b) noexce
 
 void general_allocator::impl::release_page(heap* h, page* pg) noexcept {
   queue_remove(queue_of(h, pg), pg);
+  queue_changed(h, pg);
   segment* s = segment_of_page(pg);
   bump(h->counters[pg->size_class].pages, static_cast<std::uint64_t>(-1));
   bump(h->counters[pg->size_class].allocations, pg->allocated.load(std::memory_order_relaxed));
