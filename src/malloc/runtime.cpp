@@ -99,7 +99,7 @@ const char* read_suppressions() noexcept {
   if (fd < 0) return nullptr;
   constexpr std::size_t most = std::size_t{1} << 20;
   char* text = nullptr;
-  if (auto mapped = os::map(most + 1)) text = static_cast<char*>(mapped.value());
+  if (auto mapped = os::map(most + os::page_size())) text = static_cast<char*>(mapped.value());  // + room for the NUL
   std::size_t length = 0;
   while (text != nullptr && length < most) {
     const ssize_t n = ::read(fd, text + length, most - length);
