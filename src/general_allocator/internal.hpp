@@ -164,13 +164,9 @@ struct debug_record {
   std::uint8_t state;          // record_state
   std::uint8_t alloc_frames;   // frames captured at allocation
   std::uint8_t free_frames;    // frames captured at the first free
-  std::uint8_t flags;          // debug_flags: allocation family, leak-scan mark
+  std::uint8_t flags;          // the block's general_allocator::allocation_family (family_mask)
 };
-// Bits of debug_record::flags and segment::huge_flags.
-inline constexpr std::uint8_t family_mask = 3;         // general_allocator::allocation_family
-inline constexpr unsigned mark_shift = 2;              // leak scan: leak_mark
-inline constexpr std::uint8_t mark_mask = 3u << mark_shift;
-enum leak_mark : std::uint8_t { unmarked = 0, reachable = 1, indirectly_lost = 2, definitely_lost = 3 };
+inline constexpr std::uint8_t family_mask = 3;  // of debug_record::flags and segment::huge_flags
 enum record_state : std::uint8_t { never_used = 0, live = 1, freed = 2 };
 
 // A count only the owning thread changes: plain loads and stores (no locked instruction), but

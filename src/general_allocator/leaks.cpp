@@ -47,10 +47,12 @@ void** alloc_frames(debug_record* r) noexcept {
   return reinterpret_cast<void**>(reinterpret_cast<unsigned char*>(r) + sizeof(debug_record));
 }
 
-std::uint8_t mark_of(std::uint8_t flags) noexcept { return static_cast<std::uint8_t>((flags & mark_mask) >> mark_shift); }
-void set_mark(std::uint8_t* flags, std::uint8_t mark) noexcept {
-  *flags = static_cast<std::uint8_t>((*flags & ~mark_mask) | (mark << mark_shift));
-}
+// The scan's mark of each live block, one byte in a table of its own (the records are far apart
+// in memory; the marks of a whole heap fit in the cache): a block's leak class, or not_live.
+enum leak_mark : std::uint8_t { unmarked = 0, reachable = 1, indirectly_lost = 2, definitely_lost = 3, not_live = 0xff };
+
+std::uint8_t mark_of(const std::uint8_t* mark) noexcept { return *mark; }
+void set_mark(std::uint8_t* mark, std::uint8_t value) noexcept { *mark = value; }
 
 // Memory for the scan's tables, from the os layer (the scan never calls malloc).
 class scratch {
@@ -222,7 +224,15 @@ class leak_scanner {
  private:
   template <class Visit>
   void for_each_live_block(Visit visit) noexcept;
-  bool find(std::uintptr_t v, const unsigned char*& start, std::size_t& size, std::uint8_t*& flags) const noexcept;
+  // The live block `v` points into: its start, its mark, and where its size is (a record, or
+  // the large block's segment). False when `v` reaches no live block of this allocator.
+  bool find(std::uintptr_t v, const unsigned char*& start, std::uint8_t*& mark, const debug_record*& record,
+            const segment*& large) const noexcept;
+  struct segment_slot {
+    const segment* s;
+    std::uint32_t base[max_pages_per_segment];  // index of each debug page's first mark
+  };
+  const segment_slot* slot_of(const segment* s) const noexcept;
   void visit(std::uintptr_t v) noexcept;
   void scan(const unsigned char* begin, const unsigned char* end) noexcept;
   void drain() noexcept;
@@ -237,6 +247,12 @@ class leak_scanner {
   std::uintptr_t lo_ = UINTPTR_MAX;  // bounds of this allocator's live debug blocks
   std::uintptr_t hi_ = 0;
   std::size_t live_ = 0;
+  scratch slots_memory_;
+  segment_slot* slots_ = nullptr;
+  std::size_t slot_bits_ = 0;
+  scratch marks_memory_;
+  std::uint8_t* marks_ = nullptr;
+  std::size_t page_blocks_ = 0;  // marks of page blocks; the large blocks' follow
   scratch huge_memory_;
   huge_block* huge_ = nullptr;
   std::size_t huge_count_ = 0;
@@ -263,22 +279,37 @@ template <class Visit>
 void leak_scanner::for_each_live_block(Visit visit) noexcept {
   for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     for (segment* s = h->segments; s != nullptr; s = s->next) {
+      const segment_slot* slot = nullptr;
       for (unsigned i = 0; i < s->page_count; ++i) {
         page* pg = &s->pages[i];
         if (!pg->in_use || !pg->debug) continue;
+        if (slot == nullptr) slot = slot_of(s);
+        if (slot == nullptr) break;
+        std::uint8_t* marks = marks_ + slot->base[i];
         for (std::size_t b = 0; b < pg->capacity; ++b) {
+          if (marks[b] == not_live) continue;
           debug_record* r = record_of(pg, b);
-          if (r->state != live) continue;
           visit(reinterpret_cast<const unsigned char*>(pg->start) + b * pg->block_size, std::size_t{r->requested},
-                &r->flags, alloc_frames(r), std::size_t{r->alloc_frames}, pg->record_frames != 0);
+                &marks[b], alloc_frames(r), std::size_t{r->alloc_frames}, pg->record_frames != 0);
         }
       }
     }
   }
   for (std::size_t i = 0; i < huge_count_; ++i) {
     segment* s = huge_[i].s;
-    visit(reinterpret_cast<const unsigned char*>(s->pages[0].start), s->huge_requested, &s->huge_flags,
+    visit(reinterpret_cast<const unsigned char*>(s->pages[0].start), s->huge_requested, &marks_[page_blocks_ + i],
           s->huge_frames, std::size_t{s->huge_alloc_frames}, s->pages[0].record_frames != 0);
+  }
+}
+
+const leak_scanner::segment_slot* leak_scanner::slot_of(const segment* s) const noexcept {
+  if (slots_ == nullptr) return nullptr;
+  const std::size_t mask = (std::size_t{1} << slot_bits_) - 1;
+  std::size_t i = static_cast<std::size_t>(((reinterpret_cast<std::uintptr_t>(s) >> segment_shift) * 0x9e3779b97f4a7c15ull) >>
+                                           (64 - slot_bits_));
+  for (;; i = (i + 1) & mask) {
+    if (slots_[i].s == s) return &slots_[i];
+    if (slots_[i].s == nullptr) return nullptr;
   }
 }
 
@@ -297,16 +328,61 @@ bool leak_scanner::prepare() noexcept {
     }
   }
   std::sort(huge_, huge_ + huge_count_, [](const huge_block& a, const huge_block& b) { return a.begin < b.begin; });
-  for_each_live_block([&](const unsigned char* start, std::size_t, std::uint8_t* flags, void**, std::size_t, bool) {
+  // One slot per segment with debug pages, one mark per block carved from them.
+  std::size_t segments = 0;
+  for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      bool any = false;
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        const page& pg = s->pages[i];
+        if (!pg.in_use || !pg.debug) continue;
+        any = true;
+        page_blocks_ += pg.capacity;
+      }
+      segments += any ? 1 : 0;
+    }
+  }
+  slot_bits_ = 4;
+  while ((std::size_t{1} << slot_bits_) < 2 * segments) ++slot_bits_;
+  slots_ = static_cast<segment_slot*>(slots_memory_.get((std::size_t{1} << slot_bits_) * sizeof(segment_slot)));
+  marks_ = static_cast<std::uint8_t*>(marks_memory_.get(page_blocks_ + huge_count_ + 1));
+  if (slots_ == nullptr || marks_ == nullptr) return false;
+  std::uint32_t next = 0;
+  const std::size_t mask = (std::size_t{1} << slot_bits_) - 1;
+  for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      segment_slot* slot = nullptr;
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        const page& pg = s->pages[i];
+        if (!pg.in_use || !pg.debug) continue;
+        if (slot == nullptr) {
+          std::size_t k = static_cast<std::size_t>(
+              ((reinterpret_cast<std::uintptr_t>(s) >> segment_shift) * 0x9e3779b97f4a7c15ull) >> (64 - slot_bits_));
+          while (slots_[k].s != nullptr) k = (k + 1) & mask;
+          slot = &slots_[k];
+          slot->s = s;
+        }
+        slot->base[i] = next;
+        for (std::size_t b = 0; b < pg.capacity; ++b) {
+          const bool alive = record_of(&pg, b)->state == live;
+          marks_[next + b] = alive ? std::uint8_t{unmarked} : std::uint8_t{not_live};
+          if (!alive) continue;
+          ++live_;
+          const auto a = reinterpret_cast<std::uintptr_t>(pg.start) + b * pg.block_size;
+          if (a < lo_) lo_ = a;
+          if (a + pg.block_size > hi_) hi_ = a + pg.block_size;
+        }
+        next += pg.capacity;
+      }
+    }
+  }
+  page_blocks_ = next;
+  for (std::size_t i = 0; i < huge_count_; ++i) {
+    marks_[page_blocks_ + i] = unmarked;
     ++live_;
-    set_mark(flags, unmarked);
-    const auto a = reinterpret_cast<std::uintptr_t>(start);
-    if (a < lo_) lo_ = a;
-    if (a + 1 > hi_) hi_ = a + 1;
-  });
-  for (std::size_t i = 0; i < huge_count_; ++i) hi_ = std::max(hi_, huge_[i].end);
-  // Blocks of pages reach their block_size past the start; a pointer to the canary still counts.
-  hi_ += large_max;
+    lo_ = std::min(lo_, huge_[i].begin);
+    hi_ = std::max(hi_, huge_[i].end);
+  }
   stack_ = static_cast<pending_block*>(stack_memory_.get((live_ + 1) * sizeof(pending_block)));
   copy_ = static_cast<unsigned char*>(copy_memory_.get(copy_bytes));
   excluded_capacity_ = 4096;
@@ -314,23 +390,26 @@ bool leak_scanner::prepare() noexcept {
   return stack_ != nullptr && copy_ != nullptr && excluded_ != nullptr;
 }
 
-bool leak_scanner::find(std::uintptr_t v, const unsigned char*& start, std::size_t& size,
-                        std::uint8_t*& flags) const noexcept {
+bool leak_scanner::find(std::uintptr_t v, const unsigned char*& start, std::uint8_t*& mark,
+                        const debug_record*& record, const segment*& large) const noexcept {
   const std::uintptr_t base = v & ~segment_mask;
   if (segment_map_contains(base)) {
-    auto* s = reinterpret_cast<segment*>(base);
+    auto* s = reinterpret_cast<const segment*>(base);
     if (s->instance == im_ && s->kind != segment_kind::huge) {
-      const page* pg = block_page(s, reinterpret_cast<const void*>(v));
+      const page* pg = block_page(const_cast<segment*>(s), reinterpret_cast<const void*>(v));
       if (!pg->in_use || !pg->debug) return false;
       const auto first = reinterpret_cast<std::uintptr_t>(pg->start);
       if (v < first) return false;
       const std::size_t index = block_index(pg, v - first);
       if (index >= pg->capacity) return false;
-      debug_record* r = record_of(pg, index);
-      if (r->state != live) return false;
+      const segment_slot* slot = slot_of(s);
+      if (slot == nullptr) return false;
+      std::uint8_t* m = marks_ + slot->base[pg->index] + index;
+      if (*m == not_live) return false;
       start = reinterpret_cast<const unsigned char*>(first + index * pg->block_size);
-      size = r->requested;
-      flags = &r->flags;
+      mark = m;
+      record = record_of(pg, index);  // an address only: read when the block is first marked
+      large = nullptr;
       return true;
     }
   }
@@ -341,23 +420,25 @@ bool leak_scanner::find(std::uintptr_t v, const unsigned char*& start, std::size
   --at;
   if (v >= at->end) return false;
   start = reinterpret_cast<const unsigned char*>(at->begin);
-  size = at->s->huge_requested;
-  flags = &at->s->huge_flags;
+  mark = &marks_[page_blocks_ + static_cast<std::size_t>(at - huge_)];
+  record = nullptr;
+  large = at->s;
   return true;
 }
 
 void leak_scanner::visit(std::uintptr_t v) noexcept {
   const unsigned char* start;
-  std::size_t size;
-  std::uint8_t* flags;
-  if (!find(v, start, size, flags)) return;
-  const std::uint8_t mark = mark_of(*flags);
-  if (mark == unmarked) {
+  std::uint8_t* mark;
+  const debug_record* record;
+  const segment* large;
+  if (!find(v, start, mark, record, large)) return;
+  const std::uint8_t m = *mark;
+  if (m == unmarked) {
     if (start == leader_) return;
-    set_mark(flags, new_mark_);
-    stack_[depth_++] = {start, size};
-  } else if (mark == definitely_lost && new_mark_ == indirectly_lost && start != leader_) {
-    set_mark(flags, indirectly_lost);  // an earlier clique's leader, reached from this one
+    *mark = new_mark_;
+    stack_[depth_++] = {start, record != nullptr ? std::size_t{record->requested} : large->huge_requested};
+  } else if (m == definitely_lost && new_mark_ == indirectly_lost && start != leader_) {
+    *mark = indirectly_lost;  // an earlier clique's leader, reached from this one
   }
 }
 
@@ -593,7 +674,7 @@ void leak_scanner::scan_resident(std::uintptr_t begin, std::uintptr_t end) noexc
 void leak_scanner::mark_lost() noexcept {
   new_mark_ = indirectly_lost;
   for_each_live_block([&](const unsigned char* start, std::size_t size, std::uint8_t* flags, void**, std::size_t, bool) {
-    if (mark_of(*flags) != unmarked) return;
+    if (mark_of(flags) != unmarked) return;
     set_mark(flags, definitely_lost);
     leader_ = start;
     scan(start, start + size);
@@ -613,7 +694,7 @@ std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summar
   std::size_t groups = 0;
   for_each_live_block([&](const unsigned char* start, std::size_t size, std::uint8_t* flags, void** frames,
                           std::size_t frame_count, bool captured) {
-    const std::uint8_t mark = mark_of(*flags);
+    const std::uint8_t mark = mark_of(flags);
     switch (mark) {
       case definitely_lost:
         ++summary.definitely_lost_blocks;
