@@ -408,10 +408,13 @@ TEST_F(stack_trace, a_leak_report_in_the_drop_in_is_symbolized_and_lists_only_th
   const run_result out = run_misuse("leak", true);
   ASSERT_TRUE(WIFEXITED(out.status)) << out.output;
   EXPECT_EQ(WEXITSTATUS(out.status), 0) << out.output;
-  EXPECT_NE(out.output.find("memkit: leak of 1234 bytes"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("memkit: 1 block, 1234 bytes, definitely lost"), std::string::npos) << out.output;
   EXPECT_NE(out.output.find("misuse.c:"), std::string::npos) << out.output;
   // libdw's allocations while the report printed are not leaks of the program's.
-  EXPECT_NE(out.output.find("memkit: 1 leaks"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("memkit: leak summary: definitely lost: 1234 bytes in 1 blocks; indirectly lost: 0 "
+                            "bytes in 0 blocks"),
+            std::string::npos)
+      << out.output;
 }
 
 TEST_F(stack_trace, without_libdw_the_drop_in_still_reports) {

@@ -41,11 +41,19 @@
 #include <cstdint>
 
 #include "memkit/allocator.hpp"
+#include "memkit/detail/config.hpp"
 
 namespace memkit {
 
 class general_allocator final : public allocator {
  public:
+  // How debug-mode reports are written: text for people, or one JSON object per line per report.
+  enum class report_format : std::uint8_t { text, json };
+
+  // The function family a block came from (debug mode checks that the matching function releases
+  // it, as memcheck does: malloc with free, new with delete, new[] with delete[]).
+  enum class allocation_family : std::uint8_t { any = 0, malloc = 1, scalar_new = 2, array_new = 3 };
+
   // Behaviour switches. The defaults are the fast release configuration.
   struct options {
     // Debug mode: per-block records and the checks listed in the header comment.
@@ -76,6 +84,26 @@ class general_allocator final : public allocator {
     bool abort_on_error = true;
     // File descriptor reports are written to.
     int report_fd = 2;
+    // Text reports, or JSON lines for machines (see docs/malloc.md for the fields).
+    report_format format = report_format::text;
+    // Leak reports also list the blocks still reachable (by default only the lost ones).
+    bool report_reachable = false;
+    // Leak suppressions: lines `leak:NAME`, NAME matching (with `*` wildcards) part of a
+    // function or object name anywhere in the allocation stack. Not copied: must outlive use.
+    const char* suppressions = nullptr;
+  };
+
+  // What one leak report found, per class of block (definitely lost: nothing points to it;
+  // indirectly lost: only lost blocks do; reachable: the program can still reach it).
+  struct leak_summary {
+    std::size_t definitely_lost_blocks = 0;
+    std::size_t definitely_lost_bytes = 0;
+    std::size_t indirectly_lost_blocks = 0;
+    std::size_t indirectly_lost_bytes = 0;
+    std::size_t reachable_blocks = 0;
+    std::size_t reachable_bytes = 0;
+    std::size_t suppressed_blocks = 0;  // lost blocks whose stack a suppression matched
+    std::size_t suppressed_bytes = 0;
   };
 
   // Counters for one size class.
@@ -191,12 +219,30 @@ class general_allocator final : public allocator {
   // Writes the counters as text to `fd` (no malloc; safe in an atexit handler).
   void print_statistics(int fd) const noexcept;
 
-  // Debug mode: writes each live allocation (address, size and, when captured, the allocation
-  // stack trace) to `fd`, returns how many there were; blocks allocated before debug mode was
-  // switched on have no records and are summed up in one line, not counted. Outside debug mode,
-  // reports the live block count per page without traces and returns the live block count. Other
-  // threads should be quiet while it runs.
+  // Debug mode: finds the live blocks the process can no longer reach by scanning its memory
+  // for pointers (the writable mappings of every loaded object, every thread's stack and TLS,
+  // this thread's registers, then the reachable blocks themselves) and writes one report per
+  // distinct allocation stack, largest first, with a summary line; returns the lost (definitely +
+  // indirectly) blocks not suppressed. Blocks allocated before debug mode was switched on have no
+  // records: they are scanned as roots, never reported. Outside debug mode, reports the live block
+  // count per page without traces and returns the live block count. Other threads should be
+  // quiet while it runs (their registers are not captured; their whole stacks are scanned).
   std::size_t report_leaks(int fd) const noexcept;
+  // Same, also filling `summary` with the counts of every class.
+  std::size_t report_leaks(int fd, leak_summary& summary) const noexcept;
+
+  // allocate() for an allocation function of `family` (the drop-in's operator new and new[]):
+  // outside debug mode exactly allocate().
+  [[nodiscard]] void* allocate(std::size_t size, std::size_t alignment, allocation_family family) noexcept {
+    if (MEMKIT_LIKELY(!options_.debug)) return allocate(size, alignment);
+    return allocate_in_family(size, alignment, family);
+  }
+  // free() through a release function of `family` (C free, operator delete, delete[]): debug
+  // mode reports a block from another family as a mismatch. Outside debug mode exactly free().
+  void free(void* p, allocation_family family) noexcept {
+    if (MEMKIT_LIKELY(!options_.debug)) return free(p);
+    free_in_family(p, family);
+  }
 
   // Fork support: the drop-in registers these with pthread_atfork. prepare_fork takes every lock
   // of the allocator, so the child starts with none held; after_fork_child also hands the heaps
@@ -219,6 +265,9 @@ class general_allocator final : public allocator {
   allocation do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept override;
 
  private:
+  void* allocate_in_family(std::size_t size, std::size_t alignment, allocation_family family) noexcept;
+  void free_in_family(void* p, allocation_family family) noexcept;
+
   friend struct global_instance_holder;
   struct global_tag {};
   // The global instance: constant initialization only (its state is set up on first use).

@@ -4,6 +4,7 @@
 //
 // Report format: one line naming the problem, then the relevant stack traces, each introduced by
 // an indented title, then abort() unless options::abort_on_error is false.
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdarg>
@@ -12,6 +13,7 @@
 #include <cstring>
 
 #include "internal.hpp"
+#include "report.hpp"
 #include "memkit/detail/stack_trace.hpp"
 #include "memkit/os.hpp"
 
@@ -71,16 +73,6 @@ struct current_trace {
   std::size_t count = 0;
 };
 
-void section(int fd, const char* title, void* const* frames, std::size_t count, bool captured) noexcept {
-  write_format(fd, "  %s:\n", title);
-  if (!captured) {
-    static const char text[] = "    (stack traces not captured: options::capture_stack_traces is off)\n";
-    write_text(fd, text, sizeof text - 1);
-    return;
-  }
-  detail::print_stack_trace(fd, frames, count);
-}
-
 }  // namespace
 
 bool general_allocator::impl::setup_records(page* pg) noexcept {
@@ -106,6 +98,26 @@ void general_allocator::impl::release_records(page* pg) noexcept {
   pg->records_bytes = 0;
 }
 
+namespace {
+
+const char* family_allocator_name(std::uint8_t family) noexcept {
+  switch (family) {
+    case 2: return "operator new";
+    case 3: return "operator new[]";
+    default: return "malloc";
+  }
+}
+
+const char* family_release_name(std::uint8_t family) noexcept {
+  switch (family) {
+    case 2: return "operator delete";
+    case 3: return "operator delete[]";
+    default: return "free";
+  }
+}
+
+}  // namespace
+
 // A freed block of a debug page must still hold the fill from byte `from` on: reports a use after
 // free (with the allocation and free traces) if not. True when intact (or fills are off).
 bool general_allocator::impl::check_freed_fill(page* pg, void* p, std::size_t from) noexcept {
@@ -118,24 +130,32 @@ bool general_allocator::impl::check_freed_fill(page* pg, void* p, std::size_t fr
   const bool captured = pg->record_frames != 0;
   for (std::size_t i = from; i < bs; ++i) {
     if (bytes[i] == freed_fill_byte) continue;
-    write_format(o.report_fd,
-                 "memkit: use after free: the %u-byte block at %p was written after it was freed "
-                 "(byte %zu is 0x%02x, expected 0x%02x)\n",
-                 static_cast<unsigned>(r->requested), p, i, bytes[i], freed_fill_byte);
-    section(o.report_fd, "allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
-    section(o.report_fd, "freed at", free_frames_of(pg, r), r->free_frames, captured);
+    current_trace now;
+    if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
+    report_writer out(o.report_fd, o.format);
+    out.begin("use-after-free", p, r->requested,
+              "use after free: the %u-byte block at %p was written after it was freed "
+              "(byte %zu is 0x%02x, expected 0x%02x)",
+              static_cast<unsigned>(r->requested), p, i, bytes[i], freed_fill_byte);
+    out.number("offset", i);
+    out.stack("detected at", now.frames, now.count, captured);
+    out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+    out.stack("freed at", free_frames_of(pg, r), r->free_frames, captured);
+    out.end();
     if (o.abort_on_error) std::abort();
     break;
   }
   return false;
 }
 
-void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alignment) noexcept {
+void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alignment,
+                                              allocation_family family) noexcept {
   const options& o = self->options_;
   const std::size_t canary = o.canary_bytes;
   const std::size_t frames = o.capture_stack_traces ? o.stack_frames : 0;
   const std::size_t a = alignment < default_alignment ? default_alignment : alignment;
   const std::size_t need = size + canary;
+  if (family == allocation_family::any) family = allocation_family::malloc;
   if (alignment <= max_class_alignment && need <= large_max && detail::align_up(need, a) <= large_max) {
     heap* h = current_heap(this);
     if (h == nullptr) return nullptr;
@@ -158,6 +178,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     r->state = live;
     r->requested = static_cast<std::uint32_t>(size);
     r->free_frames = 0;
+    r->flags = static_cast<std::uint8_t>(family);
     r->alloc_frames = static_cast<std::uint8_t>(
         pg->record_frames != 0 ? detail::capture_stack_trace(alloc_frames_of(pg, r), pg->record_frames, report_skip) : 0);
     std::memset(static_cast<unsigned char*>(p) + size, canary_byte, bs - size < canary ? bs - size : canary);
@@ -168,6 +189,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
   segment* s = segment_of(p);
   s->pages[0].debug = true;
   s->huge_requested = size;
+  s->huge_flags = static_cast<std::uint8_t>(family);
   s->huge_alloc_frames = static_cast<std::uint8_t>(
       frames != 0 ? detail::capture_stack_trace(s->huge_frames, frames, report_skip) : 0);
   s->pages[0].record_frames = static_cast<std::uint16_t>(frames);
@@ -175,12 +197,31 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
   return p;
 }
 
+void* general_allocator::allocate_in_family(std::size_t size, std::size_t alignment,
+                                            allocation_family family) noexcept {
+  impl* im = impl_;
+  if (im == nullptr) return allocation_failure();
+  if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return allocation_failure(EINVAL);
+  if (size == 0) size = 1;
+  if (MEMKIT_UNLIKELY(size > max_allocation_size)) return allocation_failure();
+  if (detail::symbolizing_on_this_thread()) return im->allocate_generic(size, alignment, false);  // plain
+  void* p = im->debug_allocate(size, alignment, family);
+  return p != nullptr ? p : allocation_failure();
+}
+
+void general_allocator::free_in_family(void* p, allocation_family family) noexcept {
+  if (p == nullptr) return;
+  impl_->debug_free(p, family);
+}
+
 void general_allocator::impl::report_foreign(const void* p, const char* what) noexcept {
   const options& o = self->options_;
   current_trace now;
   if (o.capture_stack_traces) now.count = detail::capture_stack_trace(now.frames, o.stack_frames, report_skip);
-  write_format(o.report_fd, "memkit: %s: %p\n", what, p);
-  section(o.report_fd, "freed at", now.frames, now.count, o.capture_stack_traces);
+  report_writer out(o.report_fd, o.format);
+  out.begin("foreign-free", p, 0, "%s: %p", what, p);
+  out.stack("freed at", now.frames, now.count, o.capture_stack_traces);
+  out.end();
   if (o.abort_on_error) std::abort();
 }
 
@@ -208,14 +249,20 @@ bool general_allocator::impl::report_interior_of_large(const void* p) noexcept {
   }
   if (start == nullptr) return false;
   const options& o = self->options_;
-  write_format(o.report_fd, "memkit: free of an interior pointer %p (%zu bytes into the %zu-byte block at %p)\n", p,
-               static_cast<std::size_t>(c - start), requested, static_cast<const void*>(start));
-  section(o.report_fd, "block allocated at", frames, frame_count, captured);
+  current_trace now;
+  if (captured) now.count = detail::capture_stack_trace(now.frames, max_stack_frames, report_skip);
+  report_writer out(o.report_fd, o.format);
+  out.begin("interior-free", p, requested,
+            "free of an interior pointer %p (%zu bytes into the %zu-byte block at %p)", p,
+            static_cast<std::size_t>(c - start), requested, static_cast<const void*>(start));
+  out.stack("freed at", now.frames, now.count, captured);
+  out.stack("block allocated at", frames, frame_count, captured);
+  out.end();
   if (o.abort_on_error) std::abort();
   return true;
 }
 
-void general_allocator::impl::debug_free(void* p) noexcept {
+void general_allocator::impl::debug_free(void* p, allocation_family family) noexcept {
   const errno_keeper keep_errno;
   const options& o = self->options_;
   const int fd = o.report_fd;
@@ -226,42 +273,72 @@ void general_allocator::impl::debug_free(void* p) noexcept {
   }
   auto* s = reinterpret_cast<segment*>(base);
   auto* c = static_cast<unsigned char*>(p);
+  const auto wanted = static_cast<std::uint8_t>(family);
   if (s->kind == segment_kind::huge) {
     page& pg = s->pages[0];
     const bool captured = pg.record_frames != 0;
+    current_trace now;
+    auto capture_now = [&] {
+      if (captured) now.count = detail::capture_stack_trace(now.frames, pg.record_frames, report_skip);
+    };
     if (!s->huge_live) {
-      current_trace now;
-      if (captured) now.count = detail::capture_stack_trace(now.frames, pg.record_frames, 1);
-      write_format(fd, "memkit: double free of %p (large block of %zu bytes)\n", p, s->huge_requested);
-      section(fd, "allocated at", s->huge_frames, s->huge_alloc_frames, captured);
-      section(fd, "first freed at", s->huge_frames + max_stack_frames, s->huge_free_frames, captured);
-      section(fd, "freed again at", now.frames, now.count, captured);
+      capture_now();
+      report_writer out(fd, o.format);
+      out.begin("double-free", p, s->huge_requested, "double free of %p (large block of %zu bytes)", p, s->huge_requested);
+      out.stack("freed again at", now.frames, now.count, captured);
+      out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, captured);
+      out.stack("first freed at", s->huge_frames + max_stack_frames, s->huge_free_frames, captured);
+      out.end();
       if (o.abort_on_error) std::abort();
       return;
     }
     if (c != reinterpret_cast<unsigned char*>(pg.start)) {
-      write_format(fd, "memkit: free of an interior pointer %p (%zu bytes into the %zu-byte block at %p)\n", p,
-                   static_cast<std::size_t>(c - reinterpret_cast<unsigned char*>(pg.start)), s->huge_requested,
-                   static_cast<void*>(pg.start));
-      section(fd, "block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
+      capture_now();
+      report_writer out(fd, o.format);
+      out.begin("interior-free", p, s->huge_requested,
+                "free of an interior pointer %p (%zu bytes into the %zu-byte block at %p)", p,
+                static_cast<std::size_t>(c - reinterpret_cast<unsigned char*>(pg.start)), s->huge_requested,
+                static_cast<void*>(pg.start));
+      out.stack("freed at", now.frames, now.count, captured);
+      out.stack("block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
+      out.end();
       if (o.abort_on_error) std::abort();
       return;
     }
     if (pg.debug) {
+      const std::uint8_t had = s->huge_flags & family_mask;
+      if (wanted != 0 && had != 0 && had != wanted) {
+        capture_now();
+        report_writer out(fd, o.format);
+        out.begin("mismatched-free", p, s->huge_requested,
+                  "mismatched free: the %zu-byte block at %p was allocated with %s and released with %s",
+                  s->huge_requested, p, family_allocator_name(had), family_release_name(wanted));
+        out.word("allocated_with", family_allocator_name(had));
+        out.word("released_with", family_release_name(wanted));
+        out.stack("released at", now.frames, now.count, captured);
+        out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, captured);
+        out.end();
+        if (o.abort_on_error) std::abort();
+        return;
+      }
       for (std::size_t i = 0; i < o.canary_bytes && s->huge_requested + i < s->huge_size; ++i) {
         if (c[s->huge_requested + i] != canary_byte) {
-          write_format(fd,
-                       "memkit: heap buffer overflow: the canary after the %zu-byte block at %p was "
-                       "overwritten (byte %zu past the end)\n",
-                       s->huge_requested, p, i);
-          section(fd, "block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
+          capture_now();
+          report_writer out(fd, o.format);
+          out.begin("heap-buffer-overflow", p, s->huge_requested,
+                    "heap buffer overflow: the canary after the %zu-byte block at %p was "
+                    "overwritten (byte %zu past the end)",
+                    s->huge_requested, p, i);
+          out.stack("freed at", now.frames, now.count, captured);
+          out.stack("block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
+          out.end();
           if (o.abort_on_error) std::abort();
           break;
         }
       }
       // Kept in the header while the block sits in the cache, for a later double-free report.
       s->huge_free_frames = static_cast<std::uint8_t>(
-          captured ? detail::capture_stack_trace(s->huge_frames + max_stack_frames, pg.record_frames, 1) : 0);
+          captured ? detail::capture_stack_trace(s->huge_frames + max_stack_frames, pg.record_frames, report_skip) : 0);
     }
     huge_free(s);
     return;
@@ -290,25 +367,48 @@ void general_allocator::impl::debug_free(void* p) noexcept {
   debug_record* r = record_at(pg, index);
   unsigned char* block_start = reinterpret_cast<unsigned char*>(pg->start) + index * bs;
   const bool captured = pg->record_frames != 0;
+  current_trace now;
+  if (within != 0 || r->state != live || (wanted != 0 && (r->flags & family_mask) != 0 && (r->flags & family_mask) != wanted)) {
+    if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
+  }
   if (within != 0) {
-    write_format(fd, "memkit: free of an interior pointer %p (%zu bytes into the %u-byte block at %p)\n", p,
-                 within, static_cast<unsigned>(r->requested), static_cast<void*>(block_start));
-    section(fd, "block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+    report_writer out(fd, o.format);
+    out.begin("interior-free", p, r->requested,
+              "free of an interior pointer %p (%zu bytes into the %u-byte block at %p)", p, within,
+              static_cast<unsigned>(r->requested), static_cast<void*>(block_start));
+    out.stack("freed at", now.frames, now.count, captured);
+    out.stack("block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+    if (r->state == freed) out.stack("block freed at", free_frames_of(pg, r), r->free_frames, captured);
+    out.end();
     if (o.abort_on_error) std::abort();
     return;
   }
   if (r->state != live) {
-    current_trace now;
-    if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, 1);
+    report_writer out(fd, o.format);
     if (r->state == freed) {
-      write_format(fd, "memkit: double free of %p (block of %u bytes)\n", p, static_cast<unsigned>(r->requested));
-      section(fd, "allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
-      section(fd, "first freed at", free_frames_of(pg, r), r->free_frames, captured);
-      section(fd, "freed again at", now.frames, now.count, captured);
+      out.begin("double-free", p, r->requested, "double free of %p (block of %u bytes)", p,
+                static_cast<unsigned>(r->requested));
+      out.stack("freed again at", now.frames, now.count, captured);
+      out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+      out.stack("first freed at", free_frames_of(pg, r), r->free_frames, captured);
     } else {
-      write_format(fd, "memkit: free of a pointer this allocator did not allocate: %p\n", p);
-      section(fd, "freed at", now.frames, now.count, captured);
+      out.begin("foreign-free", p, 0, "free of a pointer this allocator did not allocate: %p", p);
+      out.stack("freed at", now.frames, now.count, captured);
     }
+    out.end();
+    if (o.abort_on_error) std::abort();
+    return;
+  }
+  if (const std::uint8_t had = r->flags & family_mask; wanted != 0 && had != 0 && had != wanted) {
+    report_writer out(fd, o.format);
+    out.begin("mismatched-free", p, r->requested,
+              "mismatched free: the %u-byte block at %p was allocated with %s and released with %s",
+              static_cast<unsigned>(r->requested), p, family_allocator_name(had), family_release_name(wanted));
+    out.word("allocated_with", family_allocator_name(had));
+    out.word("released_with", family_release_name(wanted));
+    out.stack("released at", now.frames, now.count, captured);
+    out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+    out.end();
     if (o.abort_on_error) std::abort();
     return;
   }
@@ -316,18 +416,22 @@ void general_allocator::impl::debug_free(void* p) noexcept {
   const std::size_t canary_end = requested + o.canary_bytes < bs ? requested + o.canary_bytes : bs;
   for (std::size_t i = requested; i < canary_end; ++i) {
     if (c[i] != canary_byte) {
-      write_format(fd,
-                   "memkit: heap buffer overflow: the canary after the %zu-byte block at %p was overwritten "
-                   "(byte %zu past the end is 0x%02x)\n",
-                   requested, p, i - requested, c[i]);
-      section(fd, "block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+      if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
+      report_writer out(fd, o.format);
+      out.begin("heap-buffer-overflow", p, requested,
+                "heap buffer overflow: the canary after the %zu-byte block at %p was overwritten "
+                "(byte %zu past the end is 0x%02x)",
+                requested, p, i - requested, c[i]);
+      out.stack("freed at", now.frames, now.count, captured);
+      out.stack("block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
+      out.end();
       if (o.abort_on_error) std::abort();
       break;
     }
   }
   r->state = freed;
   r->free_frames = static_cast<std::uint8_t>(
-      captured ? detail::capture_stack_trace(free_frames_of(pg, r), pg->record_frames, 1) : 0);
+      captured ? detail::capture_stack_trace(free_frames_of(pg, r), pg->record_frames, report_skip) : 0);
   if (o.fill_freed_memory) std::memset(c, freed_fill_byte, bs);
   if (o.never_reuse_addresses) {
     // Retire the address. The owner gives the page's memory back once every block is retired.
@@ -455,73 +559,148 @@ bool general_allocator::impl::debug_resize(void* p, std::size_t new_size) noexce
   return true;
 }
 
-std::size_t general_allocator::report_leaks(int fd) const noexcept {
-  impl* im = impl_;
-  if (im == nullptr) return 0;
-  im->check_quarantine();
+// Debug mode: the block at `p` as the checks of realloc and malloc_usable_size see it. Fills
+// `pg_out`/`r_out` for a block of a debug page, `huge_out` for a large one.
+namespace {
+
+enum class block_state { foreign, untracked, live, freed };
+
+block_state classify_pointer(const general_allocator::impl* im, const void* p, segment** s_out, page** pg_out,
+                             debug_record** r_out) noexcept {
+  const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(p) - 1) & ~segment_mask;
+  if (!segment_map_contains(base) || reinterpret_cast<segment*>(base)->instance != im) return block_state::foreign;
+  auto* s = reinterpret_cast<segment*>(base);
+  *s_out = s;
+  const auto* c = static_cast<const unsigned char*>(p);
+  if (s->kind == segment_kind::huge) {
+    if (c != reinterpret_cast<const unsigned char*>(s->pages[0].start)) return block_state::foreign;
+    if (!s->pages[0].debug) return block_state::untracked;
+    return s->huge_live ? block_state::live : block_state::freed;
+  }
+  page* pg = block_page(s, p);
+  *pg_out = pg;
+  if (!pg->in_use || c < reinterpret_cast<const unsigned char*>(pg->start)) return block_state::foreign;
+  const std::size_t offset = static_cast<std::size_t>(c - reinterpret_cast<const unsigned char*>(pg->start));
+  const std::size_t index = block_index(pg, offset);
+  if (index >= pg->capacity || offset != index * pg->block_size) return block_state::foreign;
+  if (!pg->debug) return block_state::untracked;
+  debug_record* r = record_at(pg, index);
+  *r_out = r;
+  return r->state == live ? block_state::live : r->state == freed ? block_state::freed : block_state::foreign;
+}
+
+}  // namespace
+
+// One report for an operation (realloc, malloc_usable_size) given a pointer that is not a live
+// block: the operation's stack first, then the block's history when it had one.
+static void report_bad_operation(const general_allocator::impl* im, const char* kind, const char* operation,
+                                 const void* p, block_state state, segment* s, page* pg, debug_record* r) noexcept {
+  const general_allocator::options& o = im->self->current_options();
+  const bool captured = o.capture_stack_traces;
+  current_trace now;
+  if (captured) now.count = detail::capture_stack_trace(now.frames, o.stack_frames, report_skip);
+  report_writer out(o.report_fd, o.format);
+  if (state == block_state::freed) {
+    const std::size_t requested = r != nullptr ? r->requested : s->huge_requested;
+    out.begin(kind, p, requested, "%s of a freed pointer %p (block of %zu bytes)", operation, p, requested);
+    out.stack("called at", now.frames, now.count, captured);
+    if (r != nullptr) {
+      const bool recorded = pg->record_frames != 0;
+      out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, recorded);
+      out.stack("freed at", free_frames_of(pg, r), r->free_frames, recorded);
+    } else {
+      const bool recorded = s->pages[0].record_frames != 0;
+      out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, recorded);
+      out.stack("freed at", s->huge_frames + general_allocator::max_stack_frames, s->huge_free_frames, recorded);
+    }
+  } else {
+    out.begin(kind, p, 0, "%s of a pointer this allocator did not allocate: %p", operation, p);
+    out.stack("called at", now.frames, now.count, captured);
+  }
+  out.end();
+  if (o.abort_on_error) std::abort();
+}
+
+std::size_t general_allocator::impl::debug_checked_usable_size(const void* p) const noexcept {
+  segment* s = nullptr;
+  page* pg = nullptr;
+  debug_record* r = nullptr;
+  const block_state state = classify_pointer(this, p, &s, &pg, &r);
+  if (state == block_state::live) return debug_usable_size(p);
+  if (state == block_state::untracked) {
+    return s->kind == segment_kind::huge ? s->huge_size : pg->block_size;
+  }
+  report_bad_operation(this, state == block_state::freed ? "usable-size-of-freed" : "usable-size-of-foreign",
+                       "malloc_usable_size", p, state, s, pg, r);
+  return 0;
+}
+
+// realloc's check: true when `p` may be reallocated (a live block, or one from before debug mode).
+bool general_allocator::impl::debug_check_reallocate(void* p) noexcept {
+  segment* s = nullptr;
+  page* pg = nullptr;
+  debug_record* r = nullptr;
+  const block_state state = classify_pointer(this, p, &s, &pg, &r);
+  if (state == block_state::live || state == block_state::untracked) return true;
+  report_bad_operation(this, state == block_state::freed ? "realloc-of-freed" : "realloc-of-foreign", "realloc", p,
+                       state, s, pg, r);
+  return false;
+}
+
+// Outside debug mode there are no records: the live block count of each page, no traces.
+static std::size_t report_live_pages(const general_allocator::impl* im, int fd) noexcept {
   std::size_t count = 0;
   std::size_t bytes = 0;
-  // In debug mode, blocks allocated before it was switched on (the drop-in's own start-up, the
-  // unwinder's first allocations) have no records: they are summed up apart, not counted as
-  // leaks. Outside debug mode those counts are all there is.
-  const bool debug = options_.debug;
-  std::size_t untracked = 0;
-  std::size_t untracked_bytes = 0;
   for (heap* h = im->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     for (segment* s = h->segments; s != nullptr; s = s->next) {
       for (unsigned i = 0; i < s->page_count; ++i) {
         page* pg = &s->pages[i];
-        if (!pg->in_use) continue;
-        if (!pg->debug) {
-          // No records: count the page's live blocks (blocks freed by other threads but not yet
-          // collected count as live).
-          if (pg->used == 0) continue;
-          if (debug) {
-            untracked += pg->used;
-            untracked_bytes += static_cast<std::size_t>(pg->used) * pg->block_size;
-            continue;
-          }
-          write_format(fd, "memkit: %u live blocks of %u bytes in the page at %p (no debug records)\n",
-                       static_cast<unsigned>(pg->used), pg->block_size, static_cast<void*>(pg->start));
-          count += pg->used;
-          bytes += static_cast<std::size_t>(pg->used) * pg->block_size;
-          continue;
-        }
-        for (std::size_t b = 0; b < pg->capacity; ++b) {
-          debug_record* r = record_at(pg, b);
-          if (r->state != live) continue;
-          ++count;
-          bytes += r->requested;
-          write_format(fd, "memkit: leak of %u bytes at %p\n", static_cast<unsigned>(r->requested),
-                       static_cast<void*>(pg->start + b * pg->block_size));
-          section(fd, "allocated at", alloc_frames_of(pg, r), r->alloc_frames, pg->record_frames != 0);
-        }
+        if (!pg->in_use || pg->used == 0) continue;
+        write_format(fd, "memkit: %u live blocks of %u bytes in the page at %p (no debug records)\n",
+                     static_cast<unsigned>(pg->used), pg->block_size, static_cast<void*>(pg->start));
+        count += pg->used;
+        bytes += static_cast<std::size_t>(pg->used) * pg->block_size;
       }
     }
   }
-  im->lock.lock();
+  auto* mutable_im = const_cast<general_allocator::impl*>(im);
+  mutable_im->lock.lock();
   for (segment* s = im->huge_live; s != nullptr; s = s->next) {
-    const bool recorded = s->pages[0].debug;
-    if (debug && !recorded) {
-      ++untracked;
-      untracked_bytes += s->huge_size;
-      continue;
-    }
     ++count;
-    const std::size_t size = recorded ? s->huge_requested : s->huge_size;
-    bytes += size;
-    write_format(fd, "memkit: leak of %zu bytes at %p (large block)\n", size, static_cast<void*>(s->pages[0].start));
-    if (recorded) section(fd, "allocated at", s->huge_frames, s->huge_alloc_frames, s->pages[0].record_frames != 0);
+    bytes += s->huge_size;
+    write_format(fd, "memkit: live large block of %zu bytes at %p\n", s->huge_size, static_cast<void*>(s->pages[0].start));
   }
-  im->lock.unlock();
-  if (count != 0) write_format(fd, "memkit: %zu leaks, %zu bytes in total\n", count, bytes);
-  if (untracked != 0 && count != 0) {
-    write_format(fd,
-                 "memkit: not counted: %zu live blocks (%zu bytes) allocated before debug mode was "
-                 "switched on, without records\n",
-                 untracked, untracked_bytes);
-  }
+  mutable_im->lock.unlock();
+  if (count != 0) write_format(fd, "memkit: %zu live blocks, %zu bytes in total\n", count, bytes);
   return count;
+}
+
+std::size_t general_allocator::report_leaks(int fd) const noexcept {
+  leak_summary summary;
+  return report_leaks(fd, summary);
+}
+
+// The registers and the stack of the calling thread are captured here, in the outermost frame
+// of the report: the scan covers `registers` and everything above it on the stack, so that the
+// scan's own frames (which hold block addresses while it runs) are never taken as roots.
+[[gnu::noinline]] std::size_t general_allocator::report_leaks(int fd, leak_summary& summary) const noexcept {
+  summary = leak_summary{};
+  impl* im = impl_;
+  if (im == nullptr) return 0;
+  im->check_quarantine();
+  if (!options_.debug) return report_live_pages(im, fd);
+  ucontext_t registers;
+  std::memset(&registers, 0, sizeof registers);  // what getcontext leaves out must not be stale data
+  ::getcontext(&registers);
+#if defined(__x86_64__)
+  // getcontext also saves the argument registers, which hold whatever the last calls left there;
+  // only the callee-saved ones can carry the caller's pointers across this call.
+  for (const int scratch : {REG_RDI, REG_RSI, REG_RDX, REG_RCX, REG_R8, REG_R9}) registers.uc_mcontext.gregs[scratch] = 0;
+#endif
+  const std::size_t lost = im->report_lost_blocks(fd, &registers, sizeof registers,
+                                                  reinterpret_cast<std::uintptr_t>(&registers), summary);
+  __asm__ volatile("" : : "r"(&registers) : "memory");  // keeps the frame (no tail call)
+  return lost;
 }
 
 }  // namespace memkit

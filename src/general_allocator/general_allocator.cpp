@@ -241,6 +241,7 @@ void general_allocator::free(void* p) noexcept {
 
 std::size_t general_allocator::usable_size(const void* p) const noexcept {
   if (p == nullptr) return 0;
+  if (MEMKIT_UNLIKELY(options_.debug)) return impl_->debug_checked_usable_size(p);  // checks p first
   segment* s = segment_of(p);
   page* pg = page_of(s, p);
   if (pg->debug) return impl_->debug_usable_size(p);
@@ -275,6 +276,7 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::
   if (!detail::is_power_of_two(alignment)) return allocation_failure(EINVAL);
   if (new_size == 0) new_size = 1;
   if (new_size > max_allocation_size) return allocation_failure();
+  if (MEMKIT_UNLIKELY(options_.debug) && !impl_->debug_check_reallocate(p)) return allocation_failure(EINVAL);
   segment* s = segment_of(p);
   const bool huge = s->kind == segment_kind::huge;
   if (page* pg = page_of(s, p); MEMKIT_LIKELY(!huge && !pg->debug)) {

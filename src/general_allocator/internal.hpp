@@ -165,8 +165,9 @@ struct debug_record {
   std::uint8_t state;          // record_state
   std::uint8_t alloc_frames;   // frames captured at allocation
   std::uint8_t free_frames;    // frames captured at the first free
-  std::uint8_t reserved_;
+  std::uint8_t flags;          // the block's general_allocator::allocation_family (family_mask)
 };
+inline constexpr std::uint8_t family_mask = 3;  // of debug_record::flags and segment::huge_flags
 enum record_state : std::uint8_t { never_used = 0, live = 1, freed = 2 };
 
 // Adds `n` to a counter only the calling thread writes, which other threads may read (relaxed).
@@ -325,6 +326,7 @@ struct segment {
   void* huge_frames[2 * general_allocator::max_stack_frames];
   std::uint8_t huge_alloc_frames = 0;
   std::uint8_t huge_free_frames = 0;
+  std::uint8_t huge_flags = 0;      // debug mode: as debug_record::flags
   page pages[max_pages_per_segment];
 };
 static_assert(sizeof(segment) <= segment_header_bytes, "segment header must fit in 64 KiB");
@@ -452,9 +454,13 @@ struct general_allocator::impl {
   void* grow_block(void* p, std::size_t copy_bytes, std::size_t new_size, std::size_t alignment,
                    bool populate) noexcept;
   // debug.cpp
-  void* debug_allocate(std::size_t size, std::size_t alignment) noexcept;
-  void debug_free(void* p) noexcept;
+  void* debug_allocate(std::size_t size, std::size_t alignment,
+                       general_allocator::allocation_family family = general_allocator::allocation_family::malloc) noexcept;
+  void debug_free(void* p,
+                  general_allocator::allocation_family family = general_allocator::allocation_family::any) noexcept;
   std::size_t debug_usable_size(const void* p) const noexcept;
+  std::size_t debug_checked_usable_size(const void* p) const noexcept;
+  bool debug_check_reallocate(void* p) noexcept;
   bool debug_resize(void* p, std::size_t new_size) noexcept;
   bool setup_records(gpa::page* pg) noexcept;
   void release_records(gpa::page* pg) noexcept;
@@ -465,6 +471,10 @@ struct general_allocator::impl {
   void check_quarantine() noexcept;
   bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
   bool report_interior_of_large(const void* p) noexcept;
+  // leaks.cpp: the reachability scan and the grouped leak report. `registers` and the stack
+  // above `stack_low` belong to the calling thread, captured by the public entry point.
+  std::size_t report_lost_blocks(int fd, const void* registers, std::size_t register_bytes,
+                                 std::uintptr_t stack_low, general_allocator::leak_summary& summary) noexcept;
   // general_allocator.cpp
   void* allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept;
   void free_block(gpa::segment* s, gpa::page* pg, void* p) noexcept;

@@ -71,7 +71,15 @@ static_assert(memkit::general_allocator::max_allocation_size <= largest_request)
 // to free was allocated, so the environment has been read already: the free skips heap()'s check.
 [[gnu::always_inline]] inline void release(void* p) noexcept {
   if (p == nullptr) return;
-  memkit::general_allocator::global().free(p);
+  memkit::general_allocator::global().free(p, memkit::general_allocator::allocation_family::malloc);
+}
+
+using family = memkit::general_allocator::allocation_family;
+
+// operator delete and delete[]: debug mode checks that the block came from the matching new.
+[[gnu::always_inline]] inline void release_as(void* p, family f) noexcept {
+  if (p == nullptr) return;
+  memkit::general_allocator::global().free(p, f);
 }
 
 inline void* reallocate(void* p, std::size_t size) noexcept {
@@ -229,10 +237,10 @@ MEMKIT_MALLOC_EXPORT struct mallinfo mallinfo() noexcept {
 namespace {
 
 // [new.delete.single]: loop calling the new-handler until memory comes or there is no handler.
-void* new_or_throw(std::size_t size, std::size_t alignment) {
+void* new_or_throw(std::size_t size, std::size_t alignment, family f) {
   for (;;) {
     if (MEMKIT_LIKELY(size <= largest_request)) {
-      if (void* p = heap().allocate(size, alignment)) return p;
+      if (void* p = heap().allocate(size, alignment, f)) return p;
     }
     std::new_handler handler = std::get_new_handler();
     if (handler == nullptr) throw std::bad_alloc();
@@ -241,10 +249,10 @@ void* new_or_throw(std::size_t size, std::size_t alignment) {
 }
 
 // The nothrow forms behave as the throwing ones, except that they answer null where those throw.
-void* new_or_null(std::size_t size, std::size_t alignment) noexcept {
+void* new_or_null(std::size_t size, std::size_t alignment, family f) noexcept {
   for (;;) {
     if (MEMKIT_LIKELY(size <= largest_request)) {
-      if (void* p = heap().allocate(size, alignment)) return p;
+      if (void* p = heap().allocate(size, alignment, f)) return p;
     }
     std::new_handler handler = std::get_new_handler();
     if (handler == nullptr) return nullptr;
@@ -265,44 +273,44 @@ void* new_or_null(std::size_t size, std::size_t alignment) noexcept {
 
 #define MEMKIT_NEW_EXPORT __attribute__((visibility("default")))
 
-MEMKIT_NEW_EXPORT void* operator new(std::size_t size) { return new_or_throw(size, malloc_alignment); }
-MEMKIT_NEW_EXPORT void* operator new[](std::size_t size) { return new_or_throw(size, malloc_alignment); }
+MEMKIT_NEW_EXPORT void* operator new(std::size_t size) { return new_or_throw(size, malloc_alignment, family::scalar_new); }
+MEMKIT_NEW_EXPORT void* operator new[](std::size_t size) { return new_or_throw(size, malloc_alignment, family::array_new); }
 MEMKIT_NEW_EXPORT void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  return new_or_null(size, malloc_alignment);
+  return new_or_null(size, malloc_alignment, family::scalar_new);
 }
 MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
-  return new_or_null(size, malloc_alignment);
+  return new_or_null(size, malloc_alignment, family::array_new);
 }
 MEMKIT_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t alignment) {
-  return new_or_throw(size, new_alignment(alignment));
+  return new_or_throw(size, new_alignment(alignment), family::scalar_new);
 }
 MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t alignment) {
-  return new_or_throw(size, new_alignment(alignment));
+  return new_or_throw(size, new_alignment(alignment), family::array_new);
 }
 MEMKIT_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t alignment,
                                      const std::nothrow_t&) noexcept {
-  return new_or_null(size, new_alignment(alignment));
+  return new_or_null(size, new_alignment(alignment), family::scalar_new);
 }
 MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t alignment,
                                        const std::nothrow_t&) noexcept {
-  return new_or_null(size, new_alignment(alignment));
+  return new_or_null(size, new_alignment(alignment), family::array_new);
 }
 
 // Every delete form ends in the same free: the allocator finds size and alignment from the
 // pointer, so the sized and aligned hints are not needed (and not trusted).
-MEMKIT_NEW_EXPORT void operator delete(void* p) noexcept { release(p); }
-MEMKIT_NEW_EXPORT void operator delete[](void* p) noexcept { release(p); }
-MEMKIT_NEW_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
-MEMKIT_NEW_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
-MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t) noexcept { release(p); }
-MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t) noexcept { release(p); }
-MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t) noexcept { release(p); }
-MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete(void* p) noexcept { release_as(p, family::scalar_new); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p) noexcept { release_as(p, family::array_new); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { release_as(p, family::scalar_new); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { release_as(p, family::array_new); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t) noexcept { release_as(p, family::scalar_new); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t) noexcept { release_as(p, family::array_new); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t) noexcept { release_as(p, family::scalar_new); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { release_as(p, family::array_new); }
 MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  release(p);
+  release_as(p, family::scalar_new);
 }
 MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  release(p);
+  release_as(p, family::array_new);
 }
-MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
-MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release_as(p, family::scalar_new); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release_as(p, family::array_new); }

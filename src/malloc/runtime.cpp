@@ -2,13 +2,16 @@
 #include "runtime.hpp"
 
 #include "memkit/detail/stack_trace.hpp"
+#include "memkit/os.hpp"
 
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <strings.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -40,17 +43,23 @@ struct settings {
   bool leaks = true;        // MEMKIT_LEAKS (reports leaks at exit in debug mode unless 0)
   int report_fd = STDERR_FILENO;  // MEMKIT_REPORT_FILE, else a private copy of stderr
 };
-// MEMKIT_REPORT_FILE names a file for every report instead of stderr. The other variables go
-// straight into general_allocator::options: MEMKIT_STACK_TRACES,
+// MEMKIT_REPORT_FILE names a file for every report instead of stderr; MEMKIT_LEAKS=all also lists
+// the blocks still reachable. The other variables go straight into general_allocator::options:
+// MEMKIT_REPORT_FORMAT (text, json), MEMKIT_SUPPRESSIONS (a file of leak:NAME lines), MEMKIT_STACK_TRACES,
 // MEMKIT_STACK_FRAMES, MEMKIT_NEVER_REUSE, MEMKIT_QUARANTINE, MEMKIT_ABORT, MEMKIT_PURGE_DELAY_MS,
 // MEMKIT_RETAINED_LIMIT.
 settings chosen;
+
+// Reads one MEMKIT_* variable, or nothing in a privileged process (see environment_value).
+const char* variable(const char* name) noexcept {
+  return environment_value(name, ::getauxval(AT_SECURE) != 0);
+}
 
 // getenv allocates nothing, so it is safe here even before libc finished starting up.
 // "1", "on", "yes", "true" (any case) switch a flag on; "0", "off", "no", "false" off; anything
 // else, or unset, keeps `fallback`.
 bool flag(const char* name, bool fallback) noexcept {
-  const char* value = std::getenv(name);
+  const char* value = variable(name);
   if (value == nullptr || *value == '\0') return fallback;
   auto is = [value](const char* word) { return ::strcasecmp(value, word) == 0; };
   if (is("1") || is("on") || is("yes") || is("true")) return true;
@@ -60,7 +69,7 @@ bool flag(const char* name, bool fallback) noexcept {
 
 // A non-negative decimal number from the environment, or `fallback` when unset or malformed.
 std::size_t number(const char* name, std::size_t fallback) noexcept {
-  const char* value = std::getenv(name);
+  const char* value = variable(name);
   if (value == nullptr || *value < '0' || *value > '9') return fallback;
   char* end = nullptr;
   const unsigned long long parsed = std::strtoull(value, &end, 10);
@@ -72,7 +81,7 @@ std::size_t number(const char* name, std::size_t fallback) noexcept {
 // of stderr taken now, or to MEMKIT_REPORT_FILE (appended to) when that is set. Neither open nor
 // fcntl allocates.
 int open_report_destination() noexcept {
-  if (const char* path = std::getenv("MEMKIT_REPORT_FILE"); path != nullptr && *path != '\0') {
+  if (const char* path = variable("MEMKIT_REPORT_FILE"); path != nullptr && *path != '\0') {
     const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) return fd;
   }
@@ -81,14 +90,43 @@ int open_report_destination() noexcept {
   return fd < 0 ? STDERR_FILENO : fd;
 }
 
+// MEMKIT_SUPPRESSIONS: the file is read once, at start-up, into memory from the os layer (kept
+// for the life of the process; no malloc).
+const char* read_suppressions() noexcept {
+  const char* path = variable("MEMKIT_SUPPRESSIONS");
+  if (path == nullptr || *path == '\0') return nullptr;
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  constexpr std::size_t most = std::size_t{1} << 20;
+  char* text = nullptr;
+  if (auto mapped = os::map(most + os::page_size())) text = static_cast<char*>(mapped.value());  // + room for the NUL
+  std::size_t length = 0;
+  while (text != nullptr && length < most) {
+    const ssize_t n = ::read(fd, text + length, most - length);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    length += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (text != nullptr) text[length] = '\0';
+  return text;
+}
+
 void configure_from_environment() noexcept {
   chosen.debug = flag("MEMKIT_DEBUG", false);
   chosen.statistics = flag("MEMKIT_STATS", false);
-  chosen.leaks = flag("MEMKIT_LEAKS", true);
+  const char* leaks = variable("MEMKIT_LEAKS");
+  const bool all_leaks = leaks != nullptr && ::strcasecmp(leaks, "all") == 0;
+  chosen.leaks = all_leaks || flag("MEMKIT_LEAKS", true);
   if (chosen.debug || chosen.statistics) chosen.report_fd = open_report_destination();
   general_allocator::options options;
   options.debug = chosen.debug;
   options.report_fd = chosen.report_fd;
+  options.report_reachable = all_leaks;
+  if (const char* format = variable("MEMKIT_REPORT_FORMAT"); format != nullptr && ::strcasecmp(format, "json") == 0) {
+    options.format = general_allocator::report_format::json;
+  }
+  if (chosen.debug && chosen.leaks) options.suppressions = read_suppressions();
   options.capture_stack_traces = flag("MEMKIT_STACK_TRACES", options.capture_stack_traces);
   options.stack_frames = number("MEMKIT_STACK_FRAMES", options.stack_frames);
   if (options.stack_frames > general_allocator::max_stack_frames)
@@ -129,6 +167,11 @@ __attribute__((destructor)) void report_at_exit() noexcept {
 }
 
 }  // namespace
+
+const char* environment_value(const char* name, bool privileged) noexcept {
+  if (privileged) return nullptr;  // setuid/setgid: the environment belongs to another user
+  return std::getenv(name);
+}
 
 general_allocator& start() noexcept {
   general_allocator& allocator = general_allocator::global();

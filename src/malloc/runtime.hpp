@@ -27,6 +27,12 @@ extern std::atomic<general_allocator*> started;
 // allocator).
 general_allocator& start() noexcept;
 
+// The value of the environment variable `name`, or null when unset or when the process is
+// privileged (setuid or setgid: the kernel's AT_SECURE). A privileged program must not let the
+// user who started it choose where reports are written (MEMKIT_REPORT_FILE would create files as
+// the program's owner), so it ignores every MEMKIT_* variable, as mimalloc does.
+const char* environment_value(const char* name, bool privileged) noexcept;
+
 // The allocator every entry point uses.
 inline general_allocator& heap() noexcept {
   general_allocator* allocator = started.load(std::memory_order_acquire);

@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
   }
   if (strcmp(what, "leak") == 0) {
     launder(malloc(1234));
+    slot = NULL; /* the only pointer to the block is gone: lost */
     return 0;
   }
   return 2;

@@ -1,0 +1,807 @@
+// Debug mode's leak report: which live blocks can the process still reach?
+//
+// The scan is conservative, word by word, as LeakSanitizer's and memcheck's are. Roots: every
+// private writable mapping of the process (/proc/self/maps: the data segments of every loaded
+// object, every thread's stack and TLS, the loader's own allocations, memory a program maps for
+// itself), except the memory of memkit's allocators; the calling thread's stack only above the
+// report's own frame (below it lie dead frames and the scan's own variables) plus its registers;
+// and the blocks this allocator handed out before debug mode was switched on (no records, so no
+// way to tell whether they are reachable: they count as roots). Then transitively every reachable
+// block, over its requested bytes; a pointer anywhere inside a block counts as reaching it.
+//
+// Classes (memcheck's): a live block no root reaches is lost. Lost blocks are grouped in cliques:
+// walking the lost blocks in address order, each one not yet reached is a clique leader,
+// "definitely lost", and every lost block it reaches, directly or not, "indirectly lost" (a
+// leader reached later from another clique becomes indirect too). A lost cycle thus shows as one
+// definitely lost block and the rest indirectly lost.
+//
+// Never scanned: segment memory (its headers point at every page's first block; free blocks hold
+// stale copies), the quarantine ring, the debug records, and the scan's own tables. Foreign
+// ranges are read through process_vm_readv, so a range unmapped between reading the map and
+// scanning it is skipped instead of crashing the report.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "internal.hpp"
+#include "memkit/detail/stack_trace.hpp"
+#include "memkit/os.hpp"
+#include "report.hpp"
+
+namespace memkit {
+using namespace gpa;
+
+namespace {
+
+debug_record* record_of(const page* pg, std::size_t index) noexcept {
+  return reinterpret_cast<debug_record*>(pg->records + index * pg->record_size);
+}
+
+void** alloc_frames(debug_record* r) noexcept {
+  return reinterpret_cast<void**>(reinterpret_cast<unsigned char*>(r) + sizeof(debug_record));
+}
+
+// The scan's mark of each live block, one byte in a table of its own (the records are far apart
+// in memory; the marks of a whole heap fit in the cache): a block's leak class, or not_live.
+enum leak_mark : std::uint8_t { unmarked = 0, reachable = 1, indirectly_lost = 2, definitely_lost = 3, not_live = 0xff };
+
+std::uint8_t mark_of(const std::uint8_t* mark) noexcept { return *mark; }
+void set_mark(std::uint8_t* mark, std::uint8_t value) noexcept { *mark = value; }
+
+// Memory for the scan's tables, from the os layer (the scan never calls malloc).
+class scratch {
+ public:
+  scratch() noexcept = default;
+  scratch(const scratch&) = delete;
+  scratch& operator=(const scratch&) = delete;
+  ~scratch() { reset(); }
+  void* get(std::size_t bytes) noexcept {
+    reset();
+    bytes_ = detail::align_up(bytes == 0 ? 1 : bytes, os::page_size());
+    auto mapped = os::map(bytes_);
+    if (!mapped) {
+      bytes_ = 0;
+      return nullptr;
+    }
+    base_ = mapped.value();
+    return base_;
+  }
+  void reset() noexcept {
+    if (base_ != nullptr) (void)os::release(base_, bytes_);
+    base_ = nullptr;
+    bytes_ = 0;
+  }
+  std::uintptr_t begin() const noexcept { return reinterpret_cast<std::uintptr_t>(base_); }
+  std::uintptr_t end() const noexcept { return begin() + bytes_; }
+
+ private:
+  void* base_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+struct address_range {
+  std::uintptr_t begin;
+  std::uintptr_t end;
+};
+
+struct pending_block {
+  const unsigned char* start;
+  std::size_t size;
+};
+
+struct huge_block {
+  std::uintptr_t begin;
+  std::uintptr_t end;
+  segment* s;
+};
+
+// One group of the report: the blocks of one class allocated from one stack.
+struct leak_group {
+  std::uint64_t hash;
+  void** frames;
+  std::size_t frame_count;
+  bool captured;
+  std::uint8_t mark;
+  std::size_t blocks;
+  std::size_t bytes;
+  const void* sample;
+};
+
+std::uint64_t hash_frames(void* const* frames, std::size_t count, std::uint8_t mark) noexcept {
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ mark;
+  for (std::size_t i = 0; i < count; ++i) {
+    h ^= reinterpret_cast<std::uintptr_t>(frames[i]);
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+  }
+  return h ^ count;
+}
+
+// `*` matches any run of characters; the pattern may match anywhere in `text` unless it starts
+// with ^ or ends with $ (LeakSanitizer's suppression syntax).
+bool wildcard_match(const char* pattern, std::size_t pattern_length, const char* text) noexcept {
+  bool anchored_start = pattern_length != 0 && pattern[0] == '^';
+  bool anchored_end = pattern_length != 0 && pattern[pattern_length - 1] == '$';
+  const char* p = pattern + (anchored_start ? 1 : 0);
+  const char* p_end = pattern + pattern_length - (anchored_end && pattern_length > 0 ? 1 : 0);
+  const char* t = text;
+  const char* star_p = anchored_start ? nullptr : p;  // an implicit leading '*'
+  const char* star_t = t;
+  bool implicit_star = !anchored_start;
+  for (;;) {
+    if (p == p_end) {
+      if (!anchored_end || *t == '\0') return true;
+    } else if (*p == '*') {
+      star_p = ++p;
+      star_t = t;
+      implicit_star = true;
+      continue;
+    } else if (*t != '\0' && *p == *t) {
+      ++p;
+      ++t;
+      continue;
+    }
+    if (!implicit_star || *star_t == '\0') return false;
+    p = star_p;
+    t = ++star_t;
+  }
+}
+
+// True when a `leak:` line of `suppressions` matches a frame of the stack.
+bool suppressed(const char* suppressions, void* const* frames, std::size_t count) noexcept {
+  if (suppressions == nullptr || count == 0) return false;
+  detail::resolved_frame described[general_allocator::max_stack_frames];
+  const std::size_t n = count < general_allocator::max_stack_frames ? count : general_allocator::max_stack_frames;
+  for (std::size_t i = 0; i < n; ++i) (void)detail::resolve_stack_frame(frames[i], described[i]);
+  const char* line = suppressions;
+  while (*line != '\0') {
+    const char* end = line;
+    while (*end != '\0' && *end != '\n') ++end;
+    const char* a = line;
+    const char* b = end;
+    while (a < b && (*a == ' ' || *a == '\t')) ++a;
+    while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r')) --b;
+    if (b - a > 5 && std::strncmp(a, "leak:", 5) == 0) {
+      a += 5;
+      for (std::size_t i = 0; i < n; ++i) {
+        const detail::resolved_frame& d = described[i];
+        const auto length = static_cast<std::size_t>(b - a);
+        // The object's file name without its directory, as LeakSanitizer matches modules.
+        const char* object = d.object;
+        if (object != nullptr) {
+          if (const char* slash = std::strrchr(object, '/')) object = slash + 1;
+        }
+        if ((d.function != nullptr && wildcard_match(a, length, d.function)) ||
+            (object != nullptr && wildcard_match(a, length, object)) ||
+            (d.file != nullptr && wildcard_match(a, length, d.file))) {
+          return true;
+        }
+      }
+    }
+    line = *end == '\0' ? end : end + 1;
+  }
+  return false;
+}
+
+// Mappings larger than this are reservations, not data (a sanitizer's shadow memory reserves
+// terabytes): never scanned.
+constexpr std::size_t largest_root_mapping = std::size_t{1} << 40;
+
+std::uintptr_t parse_hex(const char*& p, const char* end) noexcept {
+  std::uintptr_t v = 0;
+  for (; p < end; ++p) {
+    const char c = *p;
+    unsigned digit;
+    if (c >= '0' && c <= '9') digit = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f') digit = static_cast<unsigned>(c - 'a' + 10);
+    else break;
+    v = v * 16 + digit;
+  }
+  return v;
+}
+
+class leak_scanner {
+ public:
+  explicit leak_scanner(general_allocator::impl* im) noexcept : im_(im) {}
+
+  // Counts the live blocks, clears their marks and collects the large ones. False when the
+  // scan's tables cannot be mapped.
+  bool prepare() noexcept;
+  std::size_t live_blocks() const noexcept { return live_; }
+  // Phase 1: everything reachable from the roots.
+  void mark_reachable(const void* registers, std::size_t register_bytes, std::uintptr_t stack_low) noexcept;
+  // Phase 2: cliques of lost blocks.
+  void mark_lost() noexcept;
+  // Groups, sorts and writes the report; returns the lost blocks not suppressed.
+  std::size_t report(int fd, general_allocator::leak_summary& summary) noexcept;
+
+ private:
+  template <class Visit>
+  void for_each_live_block(Visit visit) noexcept;
+  // The live block `v` points into: its start, its mark, and where its size is (a record, or
+  // the large block's segment). False when `v` reaches no live block of this allocator.
+  bool find(std::uintptr_t v, const unsigned char*& start, std::uint8_t*& mark, const debug_record*& record,
+            const segment*& large) const noexcept;
+  struct segment_slot {
+    const segment* s;
+    std::uint32_t base[max_pages_per_segment];  // index of each debug page's first mark
+  };
+  const segment_slot* slot_of(const segment* s) const noexcept;
+  void visit(std::uintptr_t v) noexcept;
+  void scan(const unsigned char* begin, const unsigned char* end) noexcept;
+  void drain() noexcept;
+  void scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexcept;
+  void scan_root_range(std::uintptr_t begin, std::uintptr_t end) noexcept;
+  void scan_resident(std::uintptr_t begin, std::uintptr_t end) noexcept;
+  void scan_other_instance(const segment* s) noexcept;
+  void exclude(std::uintptr_t begin, std::uintptr_t end) noexcept;
+  bool read_maps() noexcept;
+
+  general_allocator::impl* im_;
+  std::uintptr_t lo_ = UINTPTR_MAX;  // bounds of this allocator's live debug blocks
+  std::uintptr_t hi_ = 0;
+  std::size_t live_ = 0;
+  scratch slots_memory_;
+  segment_slot* slots_ = nullptr;
+  std::size_t slot_bits_ = 0;
+  scratch marks_memory_;
+  std::uint8_t* marks_ = nullptr;
+  std::size_t page_blocks_ = 0;  // marks of page blocks; the large blocks' follow
+  scratch huge_memory_;
+  huge_block* huge_ = nullptr;
+  std::size_t huge_count_ = 0;
+  scratch stack_memory_;
+  pending_block* stack_ = nullptr;
+  std::size_t depth_ = 0;
+  scratch excluded_memory_;
+  address_range* excluded_ = nullptr;
+  std::size_t excluded_count_ = 0;
+  std::size_t excluded_capacity_ = 0;
+  scratch maps_memory_;
+  const char* maps_ = nullptr;
+  std::size_t maps_length_ = 0;
+  scratch copy_memory_;
+  unsigned char* copy_ = nullptr;
+  static constexpr std::size_t copy_bytes = std::size_t{256} << 10;
+  bool direct_reads_ = false;
+  // Phase 2: the mark newly reached blocks get, and the clique's leader (never re-marked).
+  std::uint8_t new_mark_ = reachable;
+  const unsigned char* leader_ = nullptr;
+};
+
+template <class Visit>
+void leak_scanner::for_each_live_block(Visit visit) noexcept {
+  for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      const segment_slot* slot = nullptr;
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        page* pg = &s->pages[i];
+        if (!pg->in_use || !pg->debug) continue;
+        if (slot == nullptr) slot = slot_of(s);
+        if (slot == nullptr) break;
+        std::uint8_t* marks = marks_ + slot->base[i];
+        for (std::size_t b = 0; b < pg->capacity; ++b) {
+          if (marks[b] == not_live) continue;
+          debug_record* r = record_of(pg, b);
+          visit(reinterpret_cast<const unsigned char*>(pg->start) + b * pg->block_size, std::size_t{r->requested},
+                &marks[b], alloc_frames(r), std::size_t{r->alloc_frames}, pg->record_frames != 0);
+        }
+      }
+    }
+  }
+  for (std::size_t i = 0; i < huge_count_; ++i) {
+    segment* s = huge_[i].s;
+    visit(reinterpret_cast<const unsigned char*>(s->pages[0].start), s->huge_requested, &marks_[page_blocks_ + i],
+          s->huge_frames, std::size_t{s->huge_alloc_frames}, s->pages[0].record_frames != 0);
+  }
+}
+
+const leak_scanner::segment_slot* leak_scanner::slot_of(const segment* s) const noexcept {
+  if (slots_ == nullptr) return nullptr;
+  const std::size_t mask = (std::size_t{1} << slot_bits_) - 1;
+  std::size_t i = static_cast<std::size_t>(((reinterpret_cast<std::uintptr_t>(s) >> segment_shift) * 0x9e3779b97f4a7c15ull) >>
+                                           (64 - slot_bits_));
+  for (;; i = (i + 1) & mask) {
+    if (slots_[i].s == s) return &slots_[i];
+    if (slots_[i].s == nullptr) return nullptr;
+  }
+}
+
+bool leak_scanner::prepare() noexcept {
+  std::size_t huge_total = 0;
+  {
+    lock_guard guard(im_->lock);
+    for (segment* s = im_->huge_live; s != nullptr; s = s->next) ++huge_total;
+    huge_total += 1;
+    huge_ = static_cast<huge_block*>(huge_memory_.get(huge_total * sizeof(huge_block)));
+    if (huge_ == nullptr) return false;
+    for (segment* s = im_->huge_live; s != nullptr && huge_count_ < huge_total; s = s->next) {
+      if (!s->pages[0].debug) continue;
+      const auto begin = reinterpret_cast<std::uintptr_t>(s->pages[0].start);
+      huge_[huge_count_++] = {begin, begin + s->huge_size, s};
+    }
+  }
+  std::sort(huge_, huge_ + huge_count_, [](const huge_block& a, const huge_block& b) { return a.begin < b.begin; });
+  // One slot per segment with debug pages, one mark per block carved from them.
+  std::size_t segments = 0;
+  for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      bool any = false;
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        const page& pg = s->pages[i];
+        if (!pg.in_use || !pg.debug) continue;
+        any = true;
+        page_blocks_ += pg.capacity;
+      }
+      segments += any ? 1 : 0;
+    }
+  }
+  slot_bits_ = 4;
+  while ((std::size_t{1} << slot_bits_) < 2 * segments) ++slot_bits_;
+  slots_ = static_cast<segment_slot*>(slots_memory_.get((std::size_t{1} << slot_bits_) * sizeof(segment_slot)));
+  marks_ = static_cast<std::uint8_t*>(marks_memory_.get(page_blocks_ + huge_count_ + 1));
+  if (slots_ == nullptr || marks_ == nullptr) return false;
+  std::uint32_t next = 0;
+  const std::size_t mask = (std::size_t{1} << slot_bits_) - 1;
+  for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      segment_slot* slot = nullptr;
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        const page& pg = s->pages[i];
+        if (!pg.in_use || !pg.debug) continue;
+        if (slot == nullptr) {
+          std::size_t k = static_cast<std::size_t>(
+              ((reinterpret_cast<std::uintptr_t>(s) >> segment_shift) * 0x9e3779b97f4a7c15ull) >> (64 - slot_bits_));
+          while (slots_[k].s != nullptr) k = (k + 1) & mask;
+          slot = &slots_[k];
+          slot->s = s;
+        }
+        slot->base[i] = next;
+        for (std::size_t b = 0; b < pg.capacity; ++b) {
+          const bool alive = record_of(&pg, b)->state == live;
+          marks_[next + b] = alive ? std::uint8_t{unmarked} : std::uint8_t{not_live};
+          if (!alive) continue;
+          ++live_;
+          const auto a = reinterpret_cast<std::uintptr_t>(pg.start) + b * pg.block_size;
+          if (a < lo_) lo_ = a;
+          if (a + pg.block_size > hi_) hi_ = a + pg.block_size;
+        }
+        next += pg.capacity;
+      }
+    }
+  }
+  page_blocks_ = next;
+  for (std::size_t i = 0; i < huge_count_; ++i) {
+    marks_[page_blocks_ + i] = unmarked;
+    ++live_;
+    lo_ = std::min(lo_, huge_[i].begin);
+    hi_ = std::max(hi_, huge_[i].end);
+  }
+  stack_ = static_cast<pending_block*>(stack_memory_.get((live_ + 1) * sizeof(pending_block)));
+  copy_ = static_cast<unsigned char*>(copy_memory_.get(copy_bytes));
+  excluded_capacity_ = 4096;
+  excluded_ = static_cast<address_range*>(excluded_memory_.get(excluded_capacity_ * sizeof(address_range)));
+  return stack_ != nullptr && copy_ != nullptr && excluded_ != nullptr;
+}
+
+bool leak_scanner::find(std::uintptr_t v, const unsigned char*& start, std::uint8_t*& mark,
+                        const debug_record*& record, const segment*& large) const noexcept {
+  const std::uintptr_t base = v & ~segment_mask;
+  if (segment_map_contains(base)) {
+    auto* s = reinterpret_cast<const segment*>(base);
+    if (s->instance == im_ && s->kind != segment_kind::huge) {
+      const page* pg = block_page(const_cast<segment*>(s), reinterpret_cast<const void*>(v));
+      if (!pg->in_use || !pg->debug) return false;
+      const auto first = reinterpret_cast<std::uintptr_t>(pg->start);
+      if (v < first) return false;
+      const std::size_t index = block_index(pg, v - first);
+      if (index >= pg->capacity) return false;
+      const segment_slot* slot = slot_of(s);
+      if (slot == nullptr) return false;
+      std::uint8_t* m = marks_ + slot->base[pg->index] + index;
+      if (*m == not_live) return false;
+      start = reinterpret_cast<const unsigned char*>(first + index * pg->block_size);
+      mark = m;
+      record = record_of(pg, index);  // an address only: read when the block is first marked
+      large = nullptr;
+      return true;
+    }
+  }
+  if (huge_count_ == 0) return false;
+  const huge_block* at = std::upper_bound(huge_, huge_ + huge_count_, v,
+                                          [](std::uintptr_t x, const huge_block& b) { return x < b.begin; });
+  if (at == huge_) return false;
+  --at;
+  if (v >= at->end) return false;
+  start = reinterpret_cast<const unsigned char*>(at->begin);
+  mark = &marks_[page_blocks_ + static_cast<std::size_t>(at - huge_)];
+  record = nullptr;
+  large = at->s;
+  return true;
+}
+
+void leak_scanner::visit(std::uintptr_t v) noexcept {
+  const unsigned char* start;
+  std::uint8_t* mark;
+  const debug_record* record;
+  const segment* large;
+  if (!find(v, start, mark, record, large)) return;
+  const std::uint8_t m = *mark;
+  if (m == unmarked) {
+    if (start == leader_) return;
+    *mark = new_mark_;
+    stack_[depth_++] = {start, record != nullptr ? std::size_t{record->requested} : large->huge_requested};
+  } else if (m == definitely_lost && new_mark_ == indirectly_lost && start != leader_) {
+    *mark = indirectly_lost;  // an earlier clique's leader, reached from this one
+  }
+}
+
+void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) noexcept {
+  auto a = detail::align_up(reinterpret_cast<std::uintptr_t>(begin), sizeof(void*));
+  const auto b = reinterpret_cast<std::uintptr_t>(end);
+  const std::uintptr_t lo = lo_;
+  const std::uintptr_t span = hi_ - lo_;
+  for (; a + sizeof(void*) <= b; a += sizeof(void*)) {
+    std::uintptr_t word;
+    std::memcpy(&word, reinterpret_cast<const void*>(a), sizeof word);
+    if (word - lo < span) visit(word);
+  }
+}
+
+void leak_scanner::drain() noexcept {
+  while (depth_ != 0) {
+    const pending_block next = stack_[--depth_];
+    scan(next.start, next.start + next.size);
+  }
+}
+
+// A range of memory the scan does not own: copied out through the kernel, a chunk at a time, so
+// that a page unmapped meanwhile (another thread's munmap) is skipped instead of faulting.
+void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexcept {
+  if (direct_reads_) {
+    scan(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
+    return;
+  }
+  const pid_t self = ::getpid();
+  while (begin < end) {
+    const std::size_t n = std::min<std::size_t>(end - begin, copy_bytes);
+    iovec local{copy_, n};
+    iovec remote{reinterpret_cast<void*>(begin), n};
+    const ssize_t got = ::process_vm_readv(self, &local, 1, &remote, 1, 0);
+    if (got > 0) {
+      scan(copy_, copy_ + got);
+      begin += static_cast<std::uintptr_t>(got);
+    } else if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
+      direct_reads_ = true;  // no process_vm_readv here: read in place
+      scan(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
+      return;
+    } else {
+      begin = (begin | 4095u) + 1;  // unreadable page: skip it
+    }
+  }
+}
+
+void leak_scanner::exclude(std::uintptr_t begin, std::uintptr_t end) noexcept {
+  if (begin >= end || excluded_count_ == excluded_capacity_) return;
+  excluded_[excluded_count_++] = {begin, end};
+}
+
+// Blocks of another general_allocator instance (a private one, or the global one seen from a
+// private one) may point into this one: their in-use pages are roots, conservatively.
+void leak_scanner::scan_other_instance(const segment* s) noexcept {
+  if (s->kind == segment_kind::huge) {
+    if (s->huge_live) {
+      const auto* start = reinterpret_cast<const unsigned char*>(s->pages[0].start);
+      scan(start, start + s->huge_size);
+    }
+    return;
+  }
+  for (unsigned i = 0; i < s->page_count; ++i) {
+    const page& pg = s->pages[i];
+    if (!pg.in_use || pg.used == 0) continue;
+    const auto* start = reinterpret_cast<const unsigned char*>(pg.start);
+    scan(start, start + static_cast<std::size_t>(pg.capacity) * pg.block_size);
+  }
+}
+
+// A root mapping, minus memkit's own memory: segments (found by the segment map, a 4 MiB chunk at
+// a time) and the excluded ranges.
+void leak_scanner::scan_root_range(std::uintptr_t begin, std::uintptr_t end) noexcept {
+  while (begin < end) {
+    const std::uintptr_t chunk = begin & ~segment_mask;
+    if (segment_map_contains(chunk)) {
+      const auto* s = reinterpret_cast<const segment*>(chunk);
+      if (s->instance != im_) scan_other_instance(s);
+      const std::size_t span = std::max(segment_size, detail::align_up(s->reserved_bytes, segment_size));
+      begin = chunk + span;
+      continue;
+    }
+    std::uintptr_t stop = std::min(end, chunk + segment_size);
+    // The first excluded range that ends after `begin`.
+    const address_range* e = std::upper_bound(excluded_, excluded_ + excluded_count_, begin,
+                                              [](std::uintptr_t x, const address_range& r) { return x < r.end; });
+    if (e != excluded_ + excluded_count_ && e->begin < stop) {
+      if (e->begin > begin) scan_foreign(begin, e->begin);
+      begin = e->end;
+      continue;
+    }
+    scan_foreign(begin, stop);
+    begin = stop;
+  }
+}
+
+// Reads /proc/self/maps into memory from the os layer (no malloc, no stdio).
+bool leak_scanner::read_maps() noexcept {
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  for (std::size_t capacity = std::size_t{1} << 20; capacity <= (std::size_t{256} << 20); capacity *= 4) {
+    auto* buffer = static_cast<char*>(maps_memory_.get(capacity));
+    if (buffer == nullptr) break;
+    if (::lseek(fd, 0, SEEK_SET) != 0) break;
+    std::size_t length = 0;
+    for (;;) {
+      const ssize_t n = ::read(fd, buffer + length, capacity - length);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      length += static_cast<std::size_t>(n);
+      if (length == capacity) break;
+    }
+    if (length < capacity) {
+      maps_ = buffer;
+      maps_length_ = length;
+      ::close(fd);
+      return true;
+    }
+  }
+  ::close(fd);
+  return false;
+}
+
+void leak_scanner::mark_reachable(const void* registers, std::size_t register_bytes, std::uintptr_t stack_low) noexcept {
+  new_mark_ = reachable;
+  leader_ = nullptr;
+  // memkit's own memory that is not segments: never roots.
+  {
+    lock_guard guard(im_->lock);
+    if (im_->quarantine != nullptr) {
+      const auto q = reinterpret_cast<std::uintptr_t>(im_->quarantine);
+      exclude(q, q + im_->quarantine_slots * sizeof(void*));
+    }
+    for (segment* s = im_->huge_live; s != nullptr; s = s->next) {
+      exclude(reinterpret_cast<std::uintptr_t>(s), reinterpret_cast<std::uintptr_t>(s) + s->reserved_bytes);
+    }
+    for (segment* s = im_->huge_cached; s != nullptr; s = s->next) {
+      exclude(reinterpret_cast<std::uintptr_t>(s), reinterpret_cast<std::uintptr_t>(s) + s->reserved_bytes);
+    }
+  }
+  for (const scratch* own : {&huge_memory_, &stack_memory_, &excluded_memory_, &copy_memory_}) {
+    exclude(own->begin(), own->end());
+  }
+  exclude(reinterpret_cast<std::uintptr_t>(&segment_map[0]), reinterpret_cast<std::uintptr_t>(&segment_map[segment_map_words]));
+  // Blocks from before debug mode: roots.
+  for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        const page& pg = s->pages[i];
+        if (!pg.in_use || pg.debug || pg.used == 0) continue;
+        const auto* start = reinterpret_cast<const unsigned char*>(pg.start);
+        scan(start, start + static_cast<std::size_t>(pg.capacity) * pg.block_size);
+        drain();
+      }
+    }
+  }
+  {
+    lock_guard guard(im_->lock);
+    for (segment* s = im_->huge_live; s != nullptr; s = s->next) {
+      if (s->pages[0].debug) continue;
+      const auto* start = reinterpret_cast<const unsigned char*>(s->pages[0].start);
+      scan(start, start + s->huge_size);
+    }
+  }
+  drain();
+  // This thread's registers, then every writable private mapping.
+  scan(static_cast<const unsigned char*>(registers), static_cast<const unsigned char*>(registers) + register_bytes);
+  drain();
+  if (!read_maps()) return;
+  exclude(maps_memory_.begin(), maps_memory_.end());
+  std::sort(excluded_, excluded_ + excluded_count_,
+            [](const address_range& a, const address_range& b) { return a.begin < b.begin; });
+  const char* line = maps_;
+  const char* const maps_end = maps_ + maps_length_;
+  while (line < maps_end) {
+    const char* eol = static_cast<const char*>(std::memchr(line, '\n', static_cast<std::size_t>(maps_end - line)));
+    if (eol == nullptr) eol = maps_end;
+    const char* p = line;
+    std::uintptr_t begin = parse_hex(p, eol);
+    if (p < eol && *p == '-') ++p;
+    const std::uintptr_t end = parse_hex(p, eol);
+    if (p < eol && *p == ' ') ++p;
+    // "rw-p": readable, writable, private. Shared mappings are skipped (a truncated file would
+    // fault) and so are the kernel's special ones.
+    const bool candidate = eol - p >= 4 && p[0] == 'r' && p[1] == 'w' && p[3] == 'p';
+    const char* name = static_cast<const char*>(std::memchr(p, '[', static_cast<std::size_t>(eol - p)));
+    const bool special = name != nullptr && (std::strncmp(name, "[vvar", 5) == 0 || std::strncmp(name, "[vsyscall", 9) == 0);
+    if (candidate && !special && begin < end && end - begin <= largest_root_mapping) {
+      if (stack_low >= begin && stack_low < end) begin = stack_low & ~std::uintptr_t{7};  // this thread's stack
+      scan_resident(begin, end);
+    }
+    line = eol + 1;
+  }
+}
+
+// Large mappings are mostly reservations never touched (arenas of other allocators, thread
+// stacks' unused depths): only their resident pages are scanned, found with mincore. A page
+// never touched holds zeros; one swapped out is skipped too (a leak report on a machine that
+// swaps may then list a block that only such a page points to).
+void leak_scanner::scan_resident(std::uintptr_t begin, std::uintptr_t end) noexcept {
+  constexpr std::size_t small_mapping = std::size_t{64} << 20;
+  if (end - begin <= small_mapping) {
+    scan_root_range(begin, end);
+    drain();
+    return;
+  }
+  constexpr std::size_t page = 4096;
+  constexpr std::size_t step = std::size_t{8} << 20;
+  unsigned char resident[step / page];
+  for (std::uintptr_t chunk = begin & ~(page - 1); chunk < end; chunk += step) {
+    const std::uintptr_t chunk_end = std::min<std::uintptr_t>(end, chunk + step);
+    const std::size_t pages = (chunk_end - chunk + page - 1) / page;
+    if (::mincore(reinterpret_cast<void*>(chunk), chunk_end - chunk, resident) != 0) {
+      scan_root_range(std::max(chunk, begin), chunk_end);  // cannot tell: scan it all
+      drain();
+      continue;
+    }
+    for (std::size_t i = 0; i < pages;) {
+      if ((resident[i] & 1) == 0) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i;
+      while (j < pages && (resident[j] & 1) != 0) ++j;
+      scan_root_range(std::max(chunk + i * page, begin), std::min(chunk + j * page, chunk_end));
+      drain();
+      i = j;
+    }
+  }
+}
+
+void leak_scanner::mark_lost() noexcept {
+  new_mark_ = indirectly_lost;
+  for_each_live_block([&](const unsigned char* start, std::size_t size, std::uint8_t* flags, void**, std::size_t, bool) {
+    if (mark_of(flags) != unmarked) return;
+    set_mark(flags, definitely_lost);
+    leader_ = start;
+    scan(start, start + size);
+    drain();
+  });
+  leader_ = nullptr;
+}
+
+std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summary) noexcept {
+  const general_allocator::options& o = im_->self->current_options();
+  const bool list_reachable = o.report_reachable;
+  // Group by (class, stack) in an open-addressing table.
+  std::size_t capacity = 16;
+  while (capacity < 2 * live_ + 2) capacity *= 2;
+  scratch table_memory;
+  auto* table = static_cast<leak_group*>(table_memory.get(capacity * sizeof(leak_group)));
+  std::size_t groups = 0;
+  for_each_live_block([&](const unsigned char* start, std::size_t size, std::uint8_t* flags, void** frames,
+                          std::size_t frame_count, bool captured) {
+    const std::uint8_t mark = mark_of(flags);
+    switch (mark) {
+      case definitely_lost:
+        ++summary.definitely_lost_blocks;
+        summary.definitely_lost_bytes += size;
+        break;
+      case indirectly_lost:
+        ++summary.indirectly_lost_blocks;
+        summary.indirectly_lost_bytes += size;
+        break;
+      default:
+        ++summary.reachable_blocks;
+        summary.reachable_bytes += size;
+        if (!list_reachable) return;
+        break;
+    }
+    if (table == nullptr) return;
+    const std::uint8_t kind = mark == unmarked ? std::uint8_t{reachable} : mark;
+    const std::uint64_t h = hash_frames(frames, frame_count, kind);
+    std::size_t slot = h & (capacity - 1);
+    for (;; slot = (slot + 1) & (capacity - 1)) {
+      leak_group& g = table[slot];
+      if (g.blocks == 0) {
+        g = {h, frames, frame_count, captured, kind, 1, size, start};
+        ++groups;
+        return;
+      }
+      if (g.hash == h && g.mark == kind && g.frame_count == frame_count &&
+          std::memcmp(g.frames, frames, frame_count * sizeof(void*)) == 0) {
+        ++g.blocks;
+        g.bytes += size;
+        return;
+      }
+    }
+  });
+  std::size_t lost = summary.definitely_lost_blocks + summary.indirectly_lost_blocks;
+  if (table == nullptr) return lost;
+  // Compact, then largest first (definitely lost before indirectly lost before reachable on ties).
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < capacity; ++i) {
+    if (table[i].blocks != 0) table[n++] = table[i];
+  }
+  std::sort(table, table + n, [](const leak_group& a, const leak_group& b) {
+    if (a.bytes != b.bytes) return a.bytes > b.bytes;
+    if (a.mark != b.mark) return a.mark > b.mark;
+    return a.blocks > b.blocks;
+  });
+  report_writer out(fd, o.format);
+  for (std::size_t i = 0; i < n; ++i) {
+    const leak_group& g = table[i];
+    const char* kind = g.mark == definitely_lost ? "definitely lost" : g.mark == indirectly_lost ? "indirectly lost" : "still reachable";
+    if (g.mark != reachable && suppressed(o.suppressions, g.frames, g.captured ? g.frame_count : 0)) {
+      // Counted apart, as memcheck and LeakSanitizer do: the classes hold what is reported.
+      summary.suppressed_blocks += g.blocks;
+      summary.suppressed_bytes += g.bytes;
+      if (g.mark == definitely_lost) {
+        summary.definitely_lost_blocks -= g.blocks;
+        summary.definitely_lost_bytes -= g.bytes;
+      } else {
+        summary.indirectly_lost_blocks -= g.blocks;
+        summary.indirectly_lost_bytes -= g.bytes;
+      }
+      lost -= g.blocks;
+      continue;
+    }
+    out.begin(g.mark == reachable ? "reachable" : "leak", g.sample, g.bytes, "%zu block%s, %zu bytes, %s (%s %p)",
+              g.blocks, g.blocks == 1 ? "" : "s", g.bytes, kind, g.blocks == 1 ? "at" : "one at", g.sample);
+    out.word("class", kind);
+    out.number("blocks", g.blocks);
+    out.number("bytes", g.bytes);
+    out.stack("allocated at", g.frames, g.frame_count, g.captured);
+    out.end();
+  }
+  if (summary.definitely_lost_blocks + summary.indirectly_lost_blocks != 0 || list_reachable) {
+    out.begin("leak-summary", nullptr, 0,
+              "leak summary: definitely lost: %zu bytes in %zu blocks; indirectly lost: %zu bytes in %zu "
+              "blocks; still reachable: %zu bytes in %zu blocks; suppressed: %zu bytes in %zu blocks",
+              summary.definitely_lost_bytes, summary.definitely_lost_blocks, summary.indirectly_lost_bytes,
+              summary.indirectly_lost_blocks, summary.reachable_bytes, summary.reachable_blocks,
+              summary.suppressed_bytes, summary.suppressed_blocks);
+    out.number("definitely_lost_blocks", summary.definitely_lost_blocks);
+    out.number("definitely_lost_bytes", summary.definitely_lost_bytes);
+    out.number("indirectly_lost_blocks", summary.indirectly_lost_blocks);
+    out.number("indirectly_lost_bytes", summary.indirectly_lost_bytes);
+    out.number("reachable_blocks", summary.reachable_blocks);
+    out.number("reachable_bytes", summary.reachable_bytes);
+    out.number("suppressed_blocks", summary.suppressed_blocks);
+    out.number("suppressed_bytes", summary.suppressed_bytes);
+    out.end();
+  }
+  return lost;
+}
+
+}  // namespace
+
+std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* registers, std::size_t register_bytes,
+                                                       std::uintptr_t stack_low,
+                                                       general_allocator::leak_summary& summary) noexcept {
+  leak_scanner scanner(this);
+  if (!scanner.prepare()) {
+    report_writer(fd, self->options_.format)
+        .note("error", "leak report: cannot map memory for the scan; no report");
+    return 0;
+  }
+  if (scanner.live_blocks() == 0) return 0;
+  scanner.mark_reachable(registers, register_bytes, stack_low);
+  scanner.mark_lost();
+  return scanner.report(fd, summary);
+}
+
+}  // namespace memkit
