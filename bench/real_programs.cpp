@@ -257,25 +257,35 @@ void run(context& ctx) {
       } else if (!failure[s].empty()) {
         r.note = failure[s];
       } else {
-        std::vector<double> wall, rss, faults, rps;
+        std::vector<double> wall, rss, faults, rps, server_cpu;
         for (auto& x : results[s]) {
           wall.push_back(x.wall_ns);
           rss.push_back(x.peak_rss);
           faults.push_back(x.page_faults);
-          if (rate) rps.push_back(x.number("requests_per_s"));
+          if (rate) {
+            rps.push_back(x.number("requests_per_s"));
+            server_cpu.push_back(x.number("server_cpu_s") * 1e9);
+          }
         }
         r.metrics = {{"time", median(wall), "ns"},
                      {"time_min", *std::min_element(wall.begin(), wall.end()), "ns"},
                      {"time_max", *std::max_element(wall.begin(), wall.end()), "ns"},
                      {"peak_rss", median(rss), "bytes"},
                      {"page_faults", median(faults), ""}};
-        if (rate) r.metrics.push_back({"requests_per_s", median(rps), "1/s"});
+        if (rate) {
+          r.metrics.push_back({"requests_per_s", median(rps), "1/s"});
+          r.metrics.push_back({"server_cpu", median(server_cpu), "ns"});
+        }
         if (s != memkit_index && failure[memkit_index].empty() && subjects[memkit_index].available &&
             results[memkit_index].size() == results[s].size()) {
-          std::vector<double> ratios, rss_ratios;
+          std::vector<double> ratios, rss_ratios, cpu_ratios;
           for (std::size_t i = 0; i < results[s].size(); ++i) {
-            ratios.push_back(time_of(results[s][i]) / time_of(results[memkit_index][i]));
-            rss_ratios.push_back(results[s][i].peak_rss / results[memkit_index][i].peak_rss);
+            const auto& peer_run = results[s][i];
+            const auto& memkit_run = results[memkit_index][i];
+            ratios.push_back(time_of(peer_run) / time_of(memkit_run));
+            rss_ratios.push_back(peer_run.peak_rss / memkit_run.peak_rss);
+            if (rate && memkit_run.number("server_cpu_s") > 0)
+              cpu_ratios.push_back(peer_run.number("server_cpu_s") / memkit_run.number("server_cpu_s"));
           }
           r.metrics.push_back({rate ? "time_per_request_vs_memkit" : "time_vs_memkit", median(ratios), "x"});
           r.metrics.push_back({"time_vs_memkit_min", *std::min_element(ratios.begin(), ratios.end()), "x"});
@@ -283,6 +293,11 @@ void run(context& ctx) {
           r.metrics.push_back({"peak_rss_vs_memkit", median(rss_ratios), "x"});
           ctx.note(std::string(w.experiment) + ": " + who.name + " / memkit " +
                    (rate ? "time per request " : "wall time ") + ratio_text(ratios));
+          if (cpu_ratios.size() == ratios.size()) {
+            r.metrics.push_back({"server_cpu_vs_memkit", median(cpu_ratios), "x"});
+            ctx.note(std::string(w.experiment) + ": " + who.name + " / memkit server CPU time " +
+                     ratio_text(cpu_ratios));
+          }
         }
       }
       ctx.record(std::move(r));
@@ -291,7 +306,8 @@ void run(context& ctx) {
   std::error_code ec;
   std::filesystem::remove_all(scratch, ec);
   ctx.note("each run: bench/real_programs/workload in a fresh process tree; time = wall time of "
-           "the tree (redis: requests per second from redis-benchmark), peak_rss = its largest "
+           "the tree (redis: requests per second from redis-benchmark, and the server's CPU time), "
+           "peak_rss = its largest "
            "process, page_faults = summed over it; median of " + std::to_string(repetitions) +
            " interleaved repetitions; ratios are peer / memkit per repetition, median (min-max)");
 }
