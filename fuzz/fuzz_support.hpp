@@ -47,12 +47,12 @@ class input {
   // A value in [low, high].
   std::uint64_t between(std::uint64_t low, std::uint64_t high) noexcept { return low + below(high - low + 1); }
   bool coin() noexcept { return below(2) != 0; }
-  // A size that is usually small and now and then large: mostly up to 256 bytes, some up to
-  // 64 KiB, a few up to `large`.
+  // A size that is usually small and now and then large: mostly up to 256 bytes, one in nine up
+  // to 64 KiB, one in 64 up to `large`.
   std::size_t size(std::size_t large) noexcept {
-    switch (below(16)) {
+    switch (below(64)) {
       case 0: return below(large + 1);
-      case 1: case 2: case 3: return below(64 * 1024 + 1);
+      case 1: case 2: case 3: case 4: case 5: case 6: case 7: return below(64 * 1024 + 1);
       default: return below(257);
     }
   }
@@ -71,10 +71,11 @@ inline unsigned char pattern(std::uint32_t id, std::size_t i) noexcept {
 }
 
 // Blocks up to this size are filled and checked whole; larger ones at their first and last 256
-// bytes and at sampled_points evenly spread bytes, so that an operation costs the same whatever the
-// size (a harness must stay above 1,000 executions per second).
+// bytes and at sampled_points evenly spread bytes, so that an operation costs about the same
+// whatever the size: each point of a large block is a page fault on first touch, and a harness
+// must stay above 1,000 executions per second.
 inline constexpr std::size_t whole_limit = 8 * 1024;
-inline constexpr std::size_t sampled_points = 1024;
+inline constexpr std::size_t sampled_points = 64;
 
 // Calls visit(i) for every byte index of a block of `size` bytes that is filled and checked.
 template <class Visit>

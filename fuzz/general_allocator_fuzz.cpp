@@ -115,6 +115,10 @@ struct harness {
   block_model model;
   bool debug;
   bool quarantine;
+  // Largest ordinary request. Debug mode fills and checks every freed byte and moves every
+  // reallocated block, so multi-megabyte blocks there cost milliseconds each: its inputs ask for
+  // at most 512 KiB, and the other inputs cover the large blocks.
+  std::size_t large;
 
   std::size_t usable(void* p) const { return g.usable_size(p); }
 
@@ -129,7 +133,7 @@ struct harness {
 
   // A size for a C request: ordinary, or one of the values near the limits.
   std::size_t c_size(input& in) {
-    if (in.below(32) != 0) return in.size(4u << 20);
+    if (in.below(32) != 0) return in.size(large);
     static constexpr std::size_t edges[] = {PTRDIFF_MAX, std::size_t{PTRDIFF_MAX} + 1, SIZE_MAX,
                                             general_allocator::max_allocation_size + 1, SIZE_MAX / 2};
     return edges[in.below(std::size(edges))];
@@ -267,7 +271,7 @@ struct harness {
       }
       case 10:
       case 11: {  // C++ allocate / allocate_zeroed / allocate_at_least with any alignment
-        const std::size_t size = in.size(4u << 20);
+        const std::size_t size = in.size(large);
         const std::size_t alignment = in.alignment(in.below(8) == 0 ? 22 : 12);
         switch (in.below(3)) {
           case 0: {
@@ -295,7 +299,7 @@ struct harness {
         void* p = pick(in);
         if (p == nullptr) return;
         const memkit::fuzzing::live_block b = model.at(p);
-        const std::size_t new_size = in.coin() ? in.size(4u << 20) : b.size + in.below(4096);
+        const std::size_t new_size = in.coin() ? in.size(large) : b.size + in.below(4096);
         model.check_contents(p);
         if (static_cast<memkit::allocator&>(g).resize(p, b.size, new_size, b.alignment)) {
           MEMKIT_FUZZ_CHECK(usable(p) >= new_size);
@@ -311,7 +315,7 @@ struct harness {
         void* p = pick(in);
         if (p == nullptr) return;
         const memkit::fuzzing::live_block b = model.at(p);
-        const std::size_t new_size = in.size(4u << 20);
+        const std::size_t new_size = in.size(large);
         model.check_contents(p);
         void* q = nullptr;
         std::size_t kept = b.size < new_size ? b.size : new_size;
@@ -369,9 +373,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   options.quarantine_bytes = in.coin() ? 0 : std::size_t{64} << 10;
   options.never_reuse_addresses = in.below(8) == 0;
   options.purge_delay_ms = UINT32_MAX;  // purging by time would make runs depend on the clock
-  options.retained_limit = in.coin() ? 0 : std::size_t{64} << 20;
+  options.retained_limit = in.below(4) == 0 ? 0 : std::size_t{64} << 20;
   general_allocator g(options);
-  harness h{g, {g}, {}, options.debug, options.debug && options.quarantine_bytes != 0};
+  harness h{g, {g}, {}, options.debug, options.debug && options.quarantine_bytes != 0,
+            options.debug ? std::size_t{512} << 10 : std::size_t{4} << 20};
   while (!in.empty()) {
     h.step(in);
     h.check_statistics();

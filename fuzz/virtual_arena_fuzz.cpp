@@ -1,15 +1,17 @@
 // libFuzzer harness for virtual_arena and dyn_array: the input is a program of operations
 // (allocate with a size and alignment, mark, rewind, resize or free the last block, reset; and for
 // dyn_array push, pop, insert, erase, resize, shrink) run against a model. Every live arena block
-// is filled with its own byte and checked later, so overlapping blocks, blocks outside the
-// committed range, or memory handed out twice show up as a mismatch; under ASan (always on for
-// fuzzers) touching a block after rewind/reset is reported by the arena's poisoning.
+// is filled with its own pattern and checked after every step, so overlapping blocks, blocks
+// outside the committed range, or memory handed out twice show up as a mismatch; under ASan (always
+// on for fuzzers) every block handed out must be wholly unpoisoned, and touching a block after
+// rewind/reset is reported by the arena's poisoning.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "fuzz_support.hpp"
 #include "memkit/dyn_array.hpp"
 #include "memkit/virtual_arena.hpp"
 
@@ -37,9 +39,21 @@ void check(bool condition) {
   if (!condition) std::abort();
 }
 
+#if MEMKIT_HAS_ASAN
+extern "C" void* __asan_region_is_poisoned(void* begin, std::size_t size);
+#endif
+
+// Fills a block handed out (or grown) with its pattern, after checking that all of it is the
+// caller's (no byte still poisoned).
+void take(unsigned char* p, std::size_t size, unsigned char fill) {
+#if MEMKIT_HAS_ASAN
+  check(__asan_region_is_poisoned(p, size) == nullptr);
+#endif
+  memkit::fuzzing::fill(p, size, fill);
+}
+
 void verify(const std::vector<block>& blocks) {
-  for (const block& b : blocks)
-    for (std::size_t i = 0; i < b.size; i += 61) check(b.p[i] == b.fill);
+  for (const block& b : blocks) check(memkit::fuzzing::holds(b.p, b.size, b.fill));
 }
 
 void fuzz_arena(reader& in) {
@@ -54,7 +68,7 @@ void fuzz_arena(reader& in) {
     switch (in.next(7)) {
       case 0:
       case 1: {  // allocate
-        const std::size_t size = in.next(3) == 0 ? in.next(1u << 20) : in.next(256);
+        const std::size_t size = in.next(16) == 0 ? in.next(1u << 20) : in.next(in.next(4) == 0 ? 65536 : 256);
         const std::size_t alignment = std::size_t{1} << in.next(13);
         const std::size_t used_before = arena.used();
         auto* p = static_cast<unsigned char*>(arena.allocate(size, alignment));
@@ -64,7 +78,7 @@ void fuzz_arena(reader& in) {
         }
         check(reinterpret_cast<std::uintptr_t>(p) % alignment == 0);
         check(arena.owns(p) && p + (size == 0 ? 1 : size) <= static_cast<unsigned char*>(arena.base()) + arena.committed());
-        std::memset(p, fill, size);
+        take(p, size, fill);
         blocks.push_back({p, size, fill});
         fill = static_cast<unsigned char>(fill == 255 ? 1 : fill + 1);
         break;
@@ -89,7 +103,11 @@ void fuzz_arena(reader& in) {
           if (arena.resize(b.p, b.size, new_size)) {
             if (new_size > b.size) {
               check(most_recent);
-              std::memset(b.p + b.size, b.fill, new_size - b.size);
+              check(memkit::fuzzing::holds(b.p, b.size, b.fill));
+              take(b.p, new_size, b.fill);
+            } else {
+              check(memkit::fuzzing::holds_prefix(b.p, b.size, new_size, b.fill));
+              memkit::fuzzing::fill(b.p, new_size, b.fill);
             }
             b.size = new_size;
           } else {
