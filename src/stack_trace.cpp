@@ -159,42 +159,74 @@ std::size_t capture_stack_trace(void** frames, std::size_t max_frames, std::size
   return count;
 }
 
+namespace {
+
+// Collects a trace's text and writes it in few write() calls: a leak report prints thousands of
+// traces, and a system call per piece of a line cost more than symbolizing them.
+class trace_writer {
+ public:
+  explicit trace_writer(int fd) noexcept : fd_(fd) {}
+  ~trace_writer() { flush(); }
+  trace_writer(const trace_writer&) = delete;
+  trace_writer& operator=(const trace_writer&) = delete;
+
+  void text(const char* piece, std::size_t length) noexcept {
+    if (length > sizeof buffer_ - used_) flush();
+    if (length > sizeof buffer_) {  // a name longer than the buffer goes out on its own
+      write_all(fd_, piece, length);
+      return;
+    }
+    std::memcpy(buffer_ + used_, piece, length);
+    used_ += length;
+  }
+  void text(const char* piece) noexcept { text(piece, std::strlen(piece)); }
+  template <class... Values>
+  void format(const char* pattern, Values... values) noexcept {
+    char piece[96];
+    const int length = std::snprintf(piece, sizeof piece, pattern, values...);
+    if (length > 0) text(piece, std::min(static_cast<std::size_t>(length), sizeof piece - 1));
+  }
+  void flush() noexcept {
+    write_all(fd_, buffer_, used_);
+    used_ = 0;
+  }
+
+ private:
+  int fd_;
+  std::size_t used_ = 0;
+  char buffer_[4096];
+};
+
+}  // namespace
+
 void print_stack_trace(int fd, void* const* frames, std::size_t count) noexcept {
+  trace_writer out(fd);
   if (count == 0) {
-    static const char none[] = "    (no stack trace captured)\n";
-    write_all(fd, none, sizeof none - 1);
+    out.text("    (no stack trace captured)\n");
     return;
   }
   for (std::size_t i = 0; i < count; ++i) {
-    // Written in pieces: demangled template names can be longer than any fixed line buffer.
     resolved_frame frame;
     const bool known = resolve_stack_frame(frames[i], frame);
-    char text[64];
-    int length = std::snprintf(text, sizeof text, "    #%zu 0x%zx", i, reinterpret_cast<std::size_t>(frames[i]));
-    write_all(fd, text, static_cast<std::size_t>(length));
+    out.format("    #%zu 0x%zx", i, reinterpret_cast<std::size_t>(frames[i]));
     if (known && frame.function != nullptr) {
-      write_all(fd, " ", 1);
-      write_all(fd, frame.function, std::strlen(frame.function));
-      length = std::snprintf(text, sizeof text, "+0x%zx", frame.function_offset);
-      write_all(fd, text, static_cast<std::size_t>(length));
+      out.text(" ");
+      out.text(frame.function);
+      out.format("+0x%zx", frame.function_offset);
     }
     if (known && frame.file != nullptr) {
-      write_all(fd, " at ", 4);
-      write_all(fd, frame.file, std::strlen(frame.file));
-      if (frame.line != 0) {
-        length = std::snprintf(text, sizeof text, ":%u", frame.line);
-        write_all(fd, text, static_cast<std::size_t>(length));
-      }
+      out.text(" at ");
+      out.text(frame.file);
+      if (frame.line != 0) out.format(":%u", frame.line);
     }
     if (known && frame.object != nullptr) {
       const char* object = frame.object;
       if (const char* slash = std::strrchr(object, '/')) object = slash + 1;
-      write_all(fd, " (", 2);
-      write_all(fd, object, std::strlen(object));
-      length = std::snprintf(text, sizeof text, "+0x%zx)", frame.object_offset);
-      write_all(fd, text, static_cast<std::size_t>(length));
+      out.text(" (");
+      out.text(object);
+      out.format("+0x%zx)", frame.object_offset);
     }
-    write_all(fd, "\n", 1);
+    out.text("\n");
   }
 }
 

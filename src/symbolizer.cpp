@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -73,6 +74,8 @@ struct libdw_api {
                                  dwarf_address*);
   dwfl_line* (*module_getsrc)(dwfl_module*, dwarf_address);
   const char* (*lineinfo)(dwfl_line*, dwarf_address*, int*, int*, std::uint64_t*, std::uint64_t*);
+  int (*getsymtab)(dwfl_module*);
+  const char* (*getsym_info)(dwfl_module*, int, Elf64_Sym*, Elf64_Addr*, Elf64_Word*, elf_handle**, dwarf_address*);
   // For objects without .debug_aranges (Clang emits none), where libdwfl finds no unit for an
   // address: the units' own ranges, read once per object.
   dwarf_file* (*module_getdwarf)(dwfl_module*, dwarf_address*);
@@ -141,13 +144,26 @@ struct unit_range {
   std::uint64_t die_offset;
 };
 
-// Objects reported to the session, by their link_map (one per loaded object).
+// A function symbol at its run-time address.
+struct function_symbol {
+  std::uintptr_t begin;
+  std::uintptr_t size;
+  const char* name;  // in libdw's copy of the string table, which lives as long as the session
+  unsigned rank;     // binding: global 0, weak 1, local 2 (aliases: the global name wins)
+};
+
+// Objects reported to the session, by load bias and the loader's name for them.
 struct module_entry {
-  const link_map* map;
   std::uintptr_t bias;
-  const char* path;     // kept in `strings`
-  dwfl_module* module;  // null when libdw could not read the file
-  unit_range* units;    // read on first need (mapped), when libdwfl's own lookup finds no line
+  const char* loader_name;  // dl_phdr_info::dlpi_name, "" for the executable
+  const char* path;         // kept in `strings`
+  dwfl_module* module;      // null when libdw could not read the file
+  // libdwfl looks a symbol up by a linear scan of the whole table (cc1plus has 30,000): the
+  // function symbols are sorted once per object instead, and found by binary search.
+  function_symbol* symbols;
+  std::size_t symbol_count;
+  bool symbols_read;
+  unit_range* units;        // read on first need (mapped), when libdwfl's own lookup finds no line
   std::size_t unit_count;
   bool units_read;
 };
@@ -195,7 +211,8 @@ bool load_libdw() noexcept {
       find_symbol(library, "dwfl_module_getdwarf", api.module_getdwarf) && find_symbol(library, "dwarf_nextcu", api.nextcu) &&
       find_symbol(library, "dwarf_offdie", api.offdie) && find_symbol(library, "dwarf_ranges", api.ranges) &&
       find_symbol(library, "dwarf_getsrc_die", api.getsrc_die) && find_symbol(library, "dwarf_linesrc", api.linesrc) &&
-      find_symbol(library, "dwarf_lineno", api.lineno) &&
+      find_symbol(library, "dwarf_lineno", api.lineno) && find_symbol(library, "dwfl_module_getsymtab", api.getsymtab) &&
+      find_symbol(library, "dwfl_module_getsym_info", api.getsym_info) &&
       find_symbol(library, "dwfl_build_id_find_elf", api.callbacks.find_elf) &&
       find_symbol(library, "dwfl_standard_find_debuginfo", api.callbacks.find_debuginfo) &&
       find_symbol(library, "dwfl_offline_section_address", api.callbacks.section_address);
@@ -222,6 +239,10 @@ void after_fork_in_child() noexcept {
   new (&lock) std::mutex;
   inherited_midway = true;
   chosen = backend::dladdr;
+  // The table and the arena may be half-updated too: start new ones.
+  cache = nullptr;
+  cache_used = 0;
+  strings = string_arena{};
 }
 
 backend current_backend() noexcept {
@@ -246,28 +267,109 @@ const char* executable_path() noexcept {
   return path[0] != '\0' ? path : nullptr;
 }
 
-// The session's module for the object `map` names, reporting it on first use.
-module_entry* module_for(const link_map* map) noexcept {
+// The loaded object holding an address: its load bias and the loader's name for it. Walks the
+// program headers of the loaded objects (no symbol search, unlike dladdr).
+struct loaded_object {
+  std::uintptr_t address;
+  std::uintptr_t bias = 0;
+  const char* name = nullptr;
+  bool found = false;
+};
+
+int find_loaded_object(dl_phdr_info* info, std::size_t, void* argument) {
+  auto* wanted = static_cast<loaded_object*>(argument);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+    if (segment.p_type != PT_LOAD) continue;
+    const std::uintptr_t begin = info->dlpi_addr + segment.p_vaddr;
+    if (wanted->address >= begin && wanted->address - begin < segment.p_memsz) {
+      wanted->bias = info->dlpi_addr;
+      wanted->name = info->dlpi_name;
+      wanted->found = true;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+// The session's module for an object, reporting it on first use.
+module_entry* module_for(const loaded_object& object) noexcept {
   for (std::size_t i = 0; i < module_count; ++i) {
-    if (modules[i].map == map && modules[i].bias == map->l_addr) return &modules[i];
+    if (modules[i].bias == object.bias && modules[i].loader_name == object.name) return &modules[i];
   }
   if (modules == nullptr && (modules = map_array<module_entry>(max_modules)) == nullptr) return nullptr;
   if (module_count == max_modules) return nullptr;
-  const char* name = map->l_name;
+  const char* name = object.name;
   const char* path = (name == nullptr || name[0] == '\0') ? executable_path() : name;
-  module_entry entry{map, map->l_addr, strings.keep(path), nullptr, nullptr, 0, false};
+  module_entry entry{};
+  entry.bias = object.bias;
+  entry.loader_name = object.name;
+  entry.path = strings.keep(path);
   // The vDSO has no file; libdw would fail to open its name anyway.
   if (entry.path != nullptr && entry.path[0] == '/') {
     dw.report_begin_add(session);
     // add_p_vaddr: `base` is the load bias, which libdw adds to the file's own addresses.
-    entry.module = dw.report_elf(session, entry.path, entry.path, -1, map->l_addr, true);
+    entry.module = dw.report_elf(session, entry.path, entry.path, -1, object.bias, true);
     (void)dw.report_end(session, nullptr, nullptr);
   }
   modules[module_count] = entry;
   return &modules[module_count++];
 }
 
-// The function's readable name: demangled, without a symbol version ("@@GLIBC_2.34").
+// Reads and sorts the function symbols of the entry's object (.symtab, from the separate debug
+// file when the object is stripped, else .dynsym).
+void read_symbols(module_entry& entry) noexcept {
+  entry.symbols_read = true;
+  const int total = dw.getsymtab(entry.module);
+  if (total <= 1) return;
+  function_symbol* table = map_array<function_symbol>(static_cast<std::size_t>(total));
+  if (table == nullptr) return;
+  std::size_t count = 0;
+  for (int i = 1; i < total; ++i) {
+    Elf64_Sym symbol{};
+    Elf64_Addr address = 0;
+    Elf64_Word section = 0;
+    const char* name = dw.getsym_info(entry.module, i, &symbol, &address, &section, nullptr, nullptr);
+    const unsigned type = ELF64_ST_TYPE(symbol.st_info);
+    if (name == nullptr || name[0] == '\0' || address == 0 || section == SHN_UNDEF) continue;
+    if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
+    const unsigned binding = ELF64_ST_BIND(symbol.st_info);
+    table[count++] = {static_cast<std::uintptr_t>(address), static_cast<std::uintptr_t>(symbol.st_size), name,
+                      binding == STB_GLOBAL ? 0u : binding == STB_WEAK ? 1u : 2u};
+  }
+  std::sort(table, table + count, [](const function_symbol& a, const function_symbol& b) {
+    if (a.begin != b.begin) return a.begin < b.begin;
+    if (a.rank != b.rank) return a.rank < b.rank;
+    return a.size > b.size;
+  });
+  // One symbol per address: the first after sorting (global, then largest).
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (kept != 0 && table[kept - 1].begin == table[i].begin) continue;
+    table[kept++] = table[i];
+  }
+  entry.symbols = table;
+  entry.symbol_count = kept;
+}
+
+// The function symbol containing `address`, or null.
+const function_symbol* symbol_at(module_entry& entry, std::uintptr_t address) noexcept {
+  if (!entry.symbols_read) read_symbols(entry);
+  const function_symbol* begin = entry.symbols;
+  const function_symbol* end = begin + entry.symbol_count;
+  const function_symbol* after = std::upper_bound(
+      begin, end, address, [](std::uintptr_t a, const function_symbol& s) { return a < s.begin; });
+  if (after == entry.symbols) return nullptr;
+  const function_symbol* nearest = after - 1;
+  // A sized symbol must contain the address; a symbol nested in a larger one (rare) may hide
+  // the one that does, so look a few entries back. A sizeless one (hand-written assembly) counts
+  // when it is the nearest.
+  for (const function_symbol* s = nearest; s >= entry.symbols && nearest - s < 8; --s) {
+    if (address - s->begin < s->size) return s;
+  }
+  return nearest->size == 0 ? nearest : nullptr;
+}
+
 // Reads the ranges of every compile unit of the entry's debug information.
 void read_units(module_entry& entry, dwarf_file* dwarf) noexcept {
   entry.units_read = true;
@@ -346,8 +448,10 @@ const char* demangled(const char* name) noexcept {
   return strings.keep(name);
 }
 
-// dladdr only: exported symbols, no lines. Strings point into the loader's tables.
-bool resolve_with_dladdr(const void* address, resolved_frame& out) noexcept {
+// dladdr only: exported symbols, no lines. With `keep` (the lock held), the names are demangled
+// and copied into `strings`, so that a cached answer outlives a dlclose; without, they point into
+// the loader's tables.
+bool resolve_with_dladdr(const void* address, resolved_frame& out, bool keep) noexcept {
   const auto a = reinterpret_cast<std::uintptr_t>(address);
   Dl_info info{};
   link_map* map = nullptr;
@@ -362,40 +466,35 @@ bool resolve_with_dladdr(const void* address, resolved_frame& out) noexcept {
     out.function = info.dli_sname;
     out.function_offset = a - reinterpret_cast<std::uintptr_t>(info.dli_saddr);
   }
+  if (keep) {
+    out.object = strings.keep(out.object);
+    out.function = demangled(out.function);
+  }
   return true;
 }
 
 bool resolve_with_libdw(const void* address, resolved_frame& out) noexcept {
   const auto a = reinterpret_cast<std::uintptr_t>(address);
-  Dl_info info{};
-  link_map* map = nullptr;
-  if (::dladdr1(reinterpret_cast<void*>(a - 1), &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0 ||
-      map == nullptr)
-    return false;
-  module_entry* entry = module_for(map);
-  out.object = entry != nullptr && entry->path != nullptr ? entry->path : strings.keep(info.dli_fname);
-  out.object_offset = a - map->l_addr;
-  const char* name = nullptr;
-  if (entry != nullptr && entry->module != nullptr) {
-    Elf64_Off offset = 0;
-    Elf64_Sym symbol{};
-    name = dw.module_addrinfo(entry->module, a - 1, &offset, &symbol, nullptr, nullptr, nullptr);
-    if (name != nullptr) out.function_offset = static_cast<std::size_t>(offset) + 1;
-    if (dwfl_line* line = dw.module_getsrc(entry->module, a - 1)) {
-      int number = 0;
-      if (const char* file = dw.lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {
-        out.file = strings.keep(file);
-        out.line = number > 0 ? static_cast<unsigned>(number) : 0;
-      }
-    } else {
-      (void)line_by_units(*entry, a - 1, out);
+  loaded_object object{a - 1};
+  ::dl_iterate_phdr(&find_loaded_object, &object);
+  if (!object.found) return false;
+  module_entry* entry = module_for(object);
+  out.object_offset = a - object.bias;
+  if (entry == nullptr || entry->module == nullptr) return resolve_with_dladdr(address, out, true);
+  out.object = entry->path;
+  if (const function_symbol* symbol = symbol_at(*entry, a - 1)) {
+    out.function = demangled(symbol->name);
+    out.function_offset = a - symbol->begin;
+  }
+  if (dwfl_line* line = dw.module_getsrc(entry->module, a - 1)) {
+    int number = 0;
+    if (const char* file = dw.lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr)) {
+      out.file = strings.keep(file);
+      out.line = number > 0 ? static_cast<unsigned>(number) : 0;
     }
+  } else {
+    (void)line_by_units(*entry, a - 1, out);
   }
-  if (name == nullptr && info.dli_sname != nullptr) {
-    name = info.dli_sname;
-    out.function_offset = a - reinterpret_cast<std::uintptr_t>(info.dli_saddr);
-  }
-  out.function = demangled(name);
   return true;
 }
 
@@ -409,10 +508,11 @@ bool resolve_stack_frame(const void* address, resolved_frame& out) noexcept {
   if (address == nullptr) return false;
   // Re-entered from an allocation made while symbolizing (a report from inside libdw's malloc):
   // the lock is this thread's already, so only the lock-free way is open.
-  if (symbolizing_depth != 0) return resolve_with_dladdr(address, out);
+  if (symbolizing_depth != 0) return resolve_with_dladdr(address, out, false);
   const symbolizing_scope scope;
   std::lock_guard guard(lock);
-  if (current_backend() != backend::libdw) return resolve_with_dladdr(address, out);
+  const backend way = current_backend();
+  // Both ways are cached: dladdr searches every exported symbol of the object on each call.
   if (cache == nullptr) cache = map_array<resolved_frame>(cache_slots);
   std::size_t slot = cache != nullptr ? slot_of(address) : 0;
   if (cache != nullptr) {
@@ -424,7 +524,8 @@ bool resolve_stack_frame(const void* address, resolved_frame& out) noexcept {
       slot = (slot + 1) & (cache_slots - 1);
     }
   }
-  if (!resolve_with_libdw(address, out)) return false;
+  const bool found = way == backend::libdw ? resolve_with_libdw(address, out) : resolve_with_dladdr(address, out, true);
+  if (!found) return false;
   if (cache != nullptr && cache_used < cache_slots / 4 * 3) {
     cache[slot] = out;
     ++cache_used;
@@ -437,6 +538,8 @@ void set_symbolizer_library_for_testing(const char* soname) noexcept {
   std::lock_guard guard(lock);
   library_name = soname;
   chosen = backend::untried;
+  if (cache != nullptr) std::memset(static_cast<void*>(cache), 0, cache_slots * sizeof(resolved_frame));
+  cache_used = 0;
 }
 
 bool symbolizer_uses_libdw() noexcept {

@@ -378,8 +378,13 @@ run_result run_misuse(const char* what, bool libdw) {
     ::dup2(ends[1], STDOUT_FILENO);
     ::close(ends[0]);
     ::setenv("LD_PRELOAD", MEMKIT_STACK_TRACE_DROPIN_LIBRARY, 1);
+    // Whatever the test itself runs under: debug mode, traces, leak report, abort, stderr.
     ::setenv("MEMKIT_DEBUG", "1", 1);
-    if (!libdw) ::setenv("MEMKIT_SYMBOLIZER", "dladdr", 1);
+    ::setenv("MEMKIT_STACK_TRACES", "1", 1);
+    ::setenv("MEMKIT_LEAKS", "1", 1);
+    ::setenv("MEMKIT_ABORT", "1", 1);
+    ::unsetenv("MEMKIT_REPORT_FILE");
+    if (libdw) ::unsetenv("MEMKIT_SYMBOLIZER"); else ::setenv("MEMKIT_SYMBOLIZER", "dladdr", 1);
     ::execl(MEMKIT_STACK_TRACE_DROPIN, MEMKIT_STACK_TRACE_DROPIN, what, static_cast<char*>(nullptr));
     ::_exit(127);
   }
