@@ -518,6 +518,12 @@ def build_html(data, plots, results_dir):
         if notes:
             out.append("<details><summary>Notes from the suite</summary><ul>" +
                        "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul></details>")
+    # Marks on <body> how many images failed to decode, for tools/report/check_report.py (and says so
+    # on the console, where a reader's browser shows it).
+    out.append("<script>window.addEventListener('load',function(){var broken=0;"
+               "document.querySelectorAll('img').forEach(function(i){if(!i.complete||i.naturalWidth===0)broken++;});"
+               "document.body.setAttribute('data-broken-images',String(broken));"
+               "if(broken)console.error(broken+' plot image(s) did not decode');});</script>")
     out.append("</body></html>")
     return "\n".join(out)
 
