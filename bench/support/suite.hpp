@@ -58,7 +58,7 @@ struct figure {
   // the words "memkit faster" / "memkit slower" (or "smaller" / "larger").
   std::string peer;                // e.g. "std::vector"
   std::string subject;             // the memkit side, e.g. "memkit::dyn_array"
-  std::string quantity = "time";   // "time", "memory" or "faults"
+  std::string quantity;            // "time" (also when empty), "memory" or "faults"
   double low = NAN;                // spread of `measured` over repetitions (min), NaN if unknown
   double high = NAN;               // spread of `measured` over repetitions (max)
   std::string seed_quote;          // the seed's own figure, exactly, with units and machine
@@ -66,21 +66,8 @@ struct figure {
 
 // A figure comparing memkit with a peer: `ratio` is peer / memkit (the cost of the peer over
 // memkit's: above 1, memkit is faster or smaller), `low`/`high` its spread over repetitions.
-inline figure peer_figure(std::string name, std::string subject, std::string peer, double ratio,
-                          double low, double high, double target, std::string quantity = "time") {
-  figure f;
-  f.name = std::move(name);
-  f.measured = ratio;
-  f.relation = ">=";
-  f.target = target;
-  f.unit = "x";
-  f.peer = std::move(peer);
-  f.subject = std::move(subject);
-  f.quantity = std::move(quantity);
-  f.low = low;
-  f.high = high;
-  return f;
-}
+figure peer_figure(std::string name, std::string subject, std::string peer, double ratio, double low,
+                   double high, double target, std::string quantity = "time");
 
 // Output of a child process run by run_self() or run_program().
 struct child_result {

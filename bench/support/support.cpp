@@ -50,6 +50,17 @@ int register_suite(suite s) {
 
 const std::vector<suite>& registered_suites() { return registry(); }
 
+figure peer_figure(std::string name, std::string subject, std::string peer, double ratio, double low,
+                   double high, double target, std::string quantity) {
+  figure f{std::move(name), ratio, std::string(">="), target, std::string("x")};
+  f.peer = std::move(peer);
+  f.subject = std::move(subject);
+  f.quantity = std::move(quantity);
+  f.low = low;
+  f.high = high;
+  return f;
+}
+
 int running_child() noexcept { return child_pid.load(); }
 
 std::map<std::string, std::string> child_result::values() const {

@@ -235,8 +235,10 @@ def ratio_bars(plots, suite_name, name, caption, groups, ylabel):
 
 def plot_reserve_commit(plots, s):
     rows = rows_of(s, "build")
-    line_plot(plots, s["name"], "peak-rss", "Peak RSS (net of the process's baseline) against length, log axes.",
-              series(rows, "elements", "peak_rss"), "elements appended", "peak RSS (bytes)")
+    growth = series(rows, "elements", "peak_rss_growth")
+    line_plot(plots, s["name"], "peak-rss", "Peak RSS against length, log axes: " +
+              ("growth over the child's baseline, min-max shaded." if growth else "the child's ru_maxrss."),
+              growth or series(rows, "elements", "peak_rss"), "elements appended", "peak RSS (bytes)")
     line_plot(plots, s["name"], "appends-per-s", "Appends per second against length, log axes (higher is better).",
               series(rows, "elements", "appends_per_s"), "elements appended", "appends per second")
     # Append latency: the histogram rows hold counts per power-of-two bucket, ">=Xns".
@@ -329,7 +331,7 @@ def peer_ratio_groups(rows, group_key, metric_name, memkit_subject_pred):
     """Per group (workload), peer / memkit for `metric_name` with the spread when rows have it."""
     by_group = defaultdict(dict)
     for r in rows:
-        g = r.get("parameters", {}).get(group_key) or r.get("experiment")
+        g = (r.get("parameters", {}).get(group_key) if group_key else None) or r.get("experiment")
         m = metric(r, metric_name)
         if m is None or m.get("value") in (None, 0):
             continue
@@ -355,18 +357,19 @@ def peer_ratio_groups(rows, group_key, metric_name, memkit_subject_pred):
 
 
 def plot_malloc_workloads(plots, s):
-    rows = rows_of(s)
+    # The warm-process rows are the quoted ones (older results have no "process" parameter).
+    rows = [r for r in rows_of(s) if r.get("parameters", {}).get("process", "warm") == "warm"]
     pred = lambda k: k.startswith("memkit (LD_PRELOAD)")  # noqa: E731
-    for metric_name, label, quantity in (("time", "time", "time"), ("peak_rss", "peak RSS", "memory")):
-        groups = peer_ratio_groups(rows, "workload", metric_name, pred)
+    for metric_name, label, quantity in (("time", "time", "time"), ("peak_rss", "peak RSS growth", "memory")):
+        groups = peer_ratio_groups(rows, None, metric_name, pred)
         ratio_bars(plots, s["name"], "ratios-" + metric_name,
-                   f"Allocator workloads: peer / memkit {label} (drop-in, LD_PRELOAD); bars above 1: memkit "
+                   f"Allocator workloads in warm processes: peer / memkit {label} (drop-in, LD_PRELOAD); bars above 1: memkit "
                    f"{'faster' if quantity == 'time' else 'smaller'}. Whiskers: min-max over repetitions where stored.",
                    groups, f"peer / memkit {label}")
 
 
 def plot_real_programs(plots, s):
-    rows = rows_of(s)
+    rows = [r for r in rows_of(s) if r.get("parameters", {}).get("process", "warm") == "warm"]
     if not rows:
         return
     metric_names = []
