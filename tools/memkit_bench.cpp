@@ -116,9 +116,9 @@ std::string spread_text(double low, double high) {
 std::string figure_text(const figure& f) {
   std::string text;
   if (!f.peer.empty()) {
-    text = format_ratio(f.measured) + "x" + spread_text(f.low, f.high) + " " + f.peer + " / " +
-           (f.subject.empty() ? std::string("memkit") : f.subject) + ", " +
-           verdict_words(f.measured, f.quantity);
+    // The figure's name says what is divided by what ("peer / memkit ..."), so the line carries the
+    // ratio, its range and the verdict in words.
+    text = format_ratio(f.measured) + "x" + spread_text(f.low, f.high) + ", " + verdict_words(f.measured, f.quantity);
   } else {
     text = format_number(f.measured) + f.unit + spread_text(f.low, f.high);
   }
