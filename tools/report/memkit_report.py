@@ -418,7 +418,9 @@ def figure_row_html(suite_name, f):
     met = bool(f.get("met"))
     text = f.get("text") or fmt(num(f.get("measured"))) + f.get("unit", "")
     target = f"{f.get('relation', '')} {fmt(num(f.get('target')))}{f.get('unit', '')}"
-    return (f"<tr><td>{html.escape(suite_name)}</td><td>{html.escape(f.get('name', ''))}</td>"
+    quote = f.get("seed_quote")
+    name = html.escape(f.get("name", "")) + (f"<br><small>the seed: {html.escape(quote)}</small>" if quote else "")
+    return (f"<tr><td>{html.escape(suite_name)}</td><td>{name}</td>"
             f"<td>{html.escape(text)}</td><td>{html.escape(target)}</td>"
             f"<td class='{'met' if met else 'missed'}'>{'met' if met else 'missed'}</td></tr>")
 
