@@ -644,8 +644,8 @@ void run(context& ctx) {
     figure worst_figure{"test 3 worst case, " + region_name + ": ns per 8 KB alloc+free, slowest count",
              *std::max_element(per_op.begin(), per_op.end()), "<=", 200, "ns"};
     // The seed's figure is per repetition (8,192 allocate+free pairs), not per request.
-    worst_figure.seed_quote = "390.5 milliseconds to complete the test 1 time (8,192 allocate+free pairs, about 48 us per "
-                   "pair), on a Pentium-4 3.0GHz, Windows XP SP3";
+    worst_figure.seed_quote = "\"390.5 milliseconds, to complete 1 time\": one repetition, 8,192 allocate+free pairs, "
+                              "about 48 us per pair; Pentium-4 3.0GHz, Windows XP Pro SP3";
     ctx.check(std::move(worst_figure));
     if (extra[std::string(label) + ".exact_fit"] != "1")
       ctx.note(std::string(label) + ": the 8 KB request did not land on the run at the end of the region");

@@ -546,20 +546,35 @@ def build_markdown(data, plots, png_dir, md_path):
              f"{', '.join(fmt(x) for x in (m.get('load_average_at_start') or []))}",
              f"- build: {b.get('compiler')}, {b.get('build_type')} `{b.get('cxx_flags')}`, commit "
              f"`{str(b.get('git_commit', '?'))[:12]}`{' (uncommitted changes)' if b.get('git_dirty') else ''}", "",
+             "## Summary: every target", "",
              "| suite | figure | measured | target | verdict |", "|---|---|---|---|---|"]
+
+    def figure_line(suite_name, f):
+        text = f.get("text") or fmt(num(f.get("measured")))
+        name = f.get("name", "").replace("|", "/")
+        if f.get("seed_quote"):
+            name += f" (the seed: {f['seed_quote']})"
+        return (f"| {suite_name} | {name} | {text.replace('|', '/')} | "
+                f"{f.get('relation')} {fmt(num(f.get('target')))}{f.get('unit', '')} | "
+                f"{'met' if f.get('met') else '**missed**'} |")
+
     for s in data.get("suites", []):
         for f in s.get("figures", []):
-            text = f.get("text") or fmt(num(f.get("measured")))
-            lines.append(f"| {s['name']} | {f.get('name', '').replace('|', '/')} | {text.replace('|', '/')} | "
-                         f"{f.get('relation')} {fmt(num(f.get('target')))}{f.get('unit', '')} | "
-                         f"{'met' if f.get('met') else '**missed**'} |")
+            lines.append(figure_line(s["name"], f))
     lines.append("")
     os.makedirs(png_dir, exist_ok=True)
-    for suite, name, caption, png in plots.items:
-        fname = f"{suite}-{name}.png"
-        with open(os.path.join(png_dir, fname), "wb") as fh:
-            fh.write(png)
-        lines += [f"![{caption}]({rel}/{fname})", "", f"*{caption}*", ""]
+    for s in data.get("suites", []):
+        info = seed_info(s["name"]) or {"seed": s["name"], "question": s.get("description", ""), "article": ""}
+        lines += [f"## {info['seed']}: `{s['name']}`", "", f"**Question.** {info['question']}", ""]
+        if info.get("article"):
+            lines += [f"> **The article.** {info['article']}", ""]
+        lines.append(f"{len(s.get('rows', []))} rows, {fmt(num(s.get('seconds')))} s.")
+        lines.append("")
+        for suite, name, caption, png in plots.of(s["name"]):
+            fname = f"{suite}-{name}.png"
+            with open(os.path.join(png_dir, fname), "wb") as fh:
+                fh.write(png)
+            lines += [f"![{caption}]({rel}/{fname})", "", f"*{caption}*", ""]
     with open(md_path, "w") as fh:
         fh.write("\n".join(lines))
 
