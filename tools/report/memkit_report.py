@@ -357,13 +357,15 @@ def peer_ratio_groups(rows, group_key, metric_name, memkit_subject_pred):
 
 
 def plot_malloc_workloads(plots, s):
-    # The warm-process rows are the quoted ones (older results have no "process" parameter).
-    rows = [r for r in rows_of(s) if r.get("parameters", {}).get("process", "warm") == "warm"]
+    # Time from warm processes, memory from fresh ones, as the suite's figures (older results have
+    # no "process" parameter).
     pred = lambda k: k.startswith("memkit (LD_PRELOAD)")  # noqa: E731
-    for metric_name, label, quantity in (("time", "time", "time"), ("peak_rss", "peak RSS growth", "memory")):
+    for metric_name, label, quantity, process in (("time", "time", "time", "warm"),
+                                                  ("peak_rss", "peak RSS growth", "memory", "fresh")):
+        rows = [r for r in rows_of(s) if r.get("parameters", {}).get("process", process) == process]
         groups = peer_ratio_groups(rows, None, metric_name, pred)
         ratio_bars(plots, s["name"], "ratios-" + metric_name,
-                   f"Allocator workloads in warm processes: peer / memkit {label} (drop-in, LD_PRELOAD); bars above 1: memkit "
+                   f"Allocator workloads in {process} processes: peer / memkit {label} (drop-in, LD_PRELOAD); bars above 1: memkit "
                    f"{'faster' if quantity == 'time' else 'smaller'}. Whiskers: min-max over repetitions where stored.",
                    groups, f"peer / memkit {label}")
 
