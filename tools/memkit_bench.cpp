@@ -389,10 +389,10 @@ void write_outputs(const std::string& status) {
 // Rough wall-clock seconds of each suite per profile (smoke, quick, full) on a quiet 2-core machine;
 // a previous run's times in the same folder replace them.
 std::map<std::string, std::array<double, 3>> estimates = {
-    {"gpa-degen", {2, 40, 300}},         {"malloc-workloads", {5, 110, 900}},
-    {"block-heap", {3, 70, 1850}}, {"real-programs", {10, 90, 600}},
-    {"reserve-commit", {8, 150, 1500}},  {"small-vector", {5, 60, 300}},
-    {"vector-growth", {3, 40, 300}},
+    {"block-heap", {3, 50, 1850}},       {"gpa-degen", {2, 30, 300}},
+    {"malloc-workloads", {5, 170, 900}}, {"real-programs", {10, 90, 600}},
+    {"reserve-commit", {8, 90, 1500}},   {"small-vector", {5, 40, 300}},
+    {"vector-growth", {3, 60, 300}},
 };
 
 double estimate_of(const std::string& suite, bench::profile p, const nlohmann::json& previous) {
