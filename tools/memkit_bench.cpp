@@ -392,7 +392,7 @@ std::map<std::string, std::array<double, 3>> estimates = {
     {"block-heap", {3, 50, 1850}},       {"gpa-degen", {2, 30, 300}},
     {"malloc-workloads", {5, 170, 900}}, {"real-programs", {10, 90, 600}},
     {"reserve-commit", {8, 90, 1500}},   {"small-vector", {5, 40, 300}},
-    {"vector-growth", {3, 60, 300}},
+    {"vector-growth", {3, 60, 300}},     {"realloc-growth", {5, 60, 300}},
 };
 
 double estimate_of(const std::string& suite, bench::profile p, const nlohmann::json& previous) {
