@@ -479,6 +479,13 @@ void print_final_summary() {
   std::printf("\n   ratios are peer / memkit: above 1, memkit is faster (or smaller); ranges are min-max over repetitions\n");
 }
 
+// A figure's name without a trailing parenthesis ("worst count (10)" -> "worst count").
+std::string name_stem(const std::string& name) {
+  if (name.empty() || name.back() != ')') return name;
+  const auto open = name.rfind(" (");
+  return open == std::string::npos ? name : name.substr(0, open);
+}
+
 // --compare: per figure in both runs, old, new, the change, and whether it exceeds the runs' spread.
 int compare_with(const std::string& old_path) {
   std::ifstream in(old_path);
@@ -493,11 +500,19 @@ int compare_with(const std::string& old_path) {
     std::fprintf(stderr, "memkit-bench: %s is not JSON: %s\n", old_path.c_str(), e.what());
     return 1;
   }
+  // Pointers into `old`, which outlives the map.
   std::map<std::string, const nlohmann::json*> old_figures;
-  if (old.contains("suites"))
-    for (auto& s : old["suites"])
-      for (auto& f : s.value("figures", nlohmann::json::array()))
-        old_figures[s.value("name", "") + "\n" + f.value("name", "")] = &f;
+  if (old.contains("suites") && old["suites"].is_array())
+    for (const auto& s : old["suites"])
+      if (s.contains("figures") && s["figures"].is_array())
+        for (const auto& f : s["figures"])
+          if (f.is_object()) {
+            old_figures[s.value("name", "") + "\n" + f.value("name", "")] = &f;
+            // Also under the name without a trailing "(...)" that names what varies by run
+            // ("worst size (MEM_1B)"), unless that is ambiguous.
+            const std::string stem = s.value("name", "") + "\n" + name_stem(f.value("name", ""));
+            old_figures.emplace("~" + stem, &f);
+          }
   std::printf("\n== compared with %s (%s, %s)\n", old_path.c_str(), old.value("date", "?").c_str(),
               old.value("profile", "?").c_str());
   std::printf("  %-9s %10s %10s %8s  figure\n", "", "old", "new", "change");
@@ -505,17 +520,19 @@ int compare_with(const std::string& old_path) {
   for (auto& s : state.suites) {
     for (auto& f : s.figures) {
       auto it = old_figures.find(s.suite + "\n" + f.name);
+      if (it == old_figures.end()) it = old_figures.find("~" + s.suite + "\n" + name_stem(f.name));
       if (it == old_figures.end() || !(*it->second)["measured"].is_number()) {
         std::printf("  %-9s %10s %10s %8s  %s: %s\n", "new", "-", format_number(f.measured).c_str(), "", s.suite.c_str(),
                     f.name.c_str());
         continue;
       }
-      const auto& o = *it->second;
+      const nlohmann::json& o = *it->second;
       double before = o["measured"].get<double>();
       double change = before != 0 ? (f.measured - before) / std::fabs(before) * 100 : 0;
       // Two runs differ beyond noise when their min-max ranges do not overlap; without ranges,
       // when the change exceeds 10%.
-      bool have_ranges = o.contains("low") && o["low"].is_number() && o["high"].is_number() && !std::isnan(f.low);
+      bool have_ranges = o.contains("low") && o["low"].is_number() && o.contains("high") && o["high"].is_number() &&
+                         !std::isnan(f.low) && !std::isnan(f.high);
       bool significant = have_ranges ? (f.low > o["high"].get<double>() || f.high < o["low"].get<double>())
                                      : std::fabs(change) > 10;
       std::printf("  %-9s %10s %10s %+7.1f%%  %s: %s%s\n", significant ? "CHANGED" : "", format_number(before).c_str(),
