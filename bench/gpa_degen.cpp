@@ -111,6 +111,7 @@ struct subject {
 struct measurement {
   double small_rounds_ns = 0;
   double large_rounds_ns = 0;
+  double large_low = 0, large_high = 0;  // range over the repetitions at the large round count
 };
 
 void run(context& ctx) {
@@ -178,9 +179,14 @@ void run(context& ctx) {
       } else if (!failure[s].empty()) {
         r.note = failure[s];
       } else {
-        const double value = median(per_op[s]);
-        r.metrics = {{"time", value, "ns"}, {"peak_rss", median(rss[s]), "bytes"}};
+        const spread time = spread_of(per_op[s]);
+        const double value = time.median;
+        r.metrics = {{"time", value, "ns", time.low, time.high, time.repetitions}, {"peak_rss", median(rss[s]), "bytes"}};
         (rounds == small_rounds ? results[s].small_rounds_ns : results[s].large_rounds_ns) = value;
+        if (rounds != small_rounds) {
+          results[s].large_low = time.low;
+          results[s].large_high = time.high;
+        }
       }
       ctx.record(std::move(r));
     }
@@ -214,8 +220,9 @@ void run(context& ctx) {
   const measurement* dropin = find("memkit (LD_PRELOAD)");
   const measurement* mimalloc = find("mimalloc");
   if (dropin != nullptr && mimalloc != nullptr)
-    ctx.check({"memkit (LD_PRELOAD) vs mimalloc, per-op time at " + large + " rounds",
-               dropin->large_rounds_ns / mimalloc->large_rounds_ns, "<=", 1.0, "x"});
+    ctx.check(peer_figure("mimalloc / memkit (LD_PRELOAD), per-op time at " + large + " rounds", "memkit (LD_PRELOAD)",
+                          "mimalloc", mimalloc->large_rounds_ns / dropin->large_rounds_ns,
+                          mimalloc->large_low / dropin->large_high, mimalloc->large_high / dropin->large_low, 1.0));
   else
     ctx.note("memkit vs mimalloc not compared: one of them is missing");
   if (auto* debug = find("memkit debug, capture off"); debug != nullptr && dropin != nullptr)

@@ -430,7 +430,9 @@ void run(context& ctx) {
           if (is_target_peer) {
             const std::string suffix = ", N = " + std::to_string(c.n) + " (seed 003 workload, " + c.element_name + ")";
             const std::string versus = s == 4 ? std::string("std::vector without reserve") : std::string(list[s].name);
-            ctx.check({"small_vector vs " + versus + suffix, median(ratios), ">=", s == 4 ? 5.0 : 1.0, "x"});
+            ctx.check(peer_figure(versus + " / memkit::small_vector time" + suffix, "memkit::small_vector", versus,
+                                  median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+                                  *std::max_element(ratios.begin(), ratios.end()), s == 4 ? 5.0 : 1.0));
           }
         }
       } else {

@@ -48,6 +48,34 @@ double median_of(int repetitions, F&& measure) {
   return median(std::move(values));
 }
 
+// The median of repeated measurements with their range (min and max).
+struct spread {
+  double median = 0;
+  double low = 0;
+  double high = 0;
+  int repetitions = 0;
+};
+
+// The median, min and max of the values. All zero for an empty input.
+inline spread spread_of(const std::vector<double>& values) {
+  spread s;
+  if (values.empty()) return s;
+  s.median = median(values);
+  s.low = *std::min_element(values.begin(), values.end());
+  s.high = *std::max_element(values.begin(), values.end());
+  s.repetitions = static_cast<int>(values.size());
+  return s;
+}
+
+// Runs `measure` `repetitions` times and returns the median with its range.
+template <class F>
+spread measure_spread(int repetitions, F&& measure) {
+  std::vector<double> values;
+  values.reserve(static_cast<std::size_t>(repetitions));
+  for (int i = 0; i < repetitions; ++i) values.push_back(static_cast<double>(measure()));
+  return spread_of(values);
+}
+
 // A log-linear histogram of non-negative integer samples (nanoseconds, typically): 32 linear
 // sub-buckets per power of two, so any percentile is within about 3% of the exact value, in a
 // fixed 16 KiB whatever the sample count. min and max are exact.

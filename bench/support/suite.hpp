@@ -4,6 +4,7 @@
 // (tools/memkit_bench.cpp) prints tables, a figure summary, and writes JSON and CSV.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -25,8 +26,12 @@ const char* profile_name(profile p) noexcept;
 // One measured quantity.
 struct metric {
   std::string name;   // e.g. "time", "peak_rss", "appends_per_s"
-  double value = 0;   // in `unit`
+  double value = 0;   // in `unit` (the median when the metric was repeated)
   std::string unit;   // e.g. "ns", "bytes", "1/s", "x"
+  // Optional: the spread over `repetitions` measurements (min and max); NaN when not repeated.
+  double low = NAN;
+  double high = NAN;
+  int repetitions = 0;
 };
 
 // One subject measured in one configuration.
@@ -46,7 +51,23 @@ struct figure {
   double target = 0;       // the bound
   std::string unit;        // "x" for ratios
   bool met() const noexcept { return relation == ">=" ? measured >= target : measured <= target; }
+
+  // Optional fields (a figure that leaves them out is printed as given).
+  // When `peer` is set, `measured` is peer / memkit for `quantity` ("time": above 1 means memkit
+  // faster; "memory" or "faults": above 1 means memkit uses less), and the runner prints it with
+  // the words "memkit faster" / "memkit slower" (or "smaller" / "larger").
+  std::string peer;                // e.g. "std::vector"
+  std::string subject;             // the memkit side, e.g. "memkit::dyn_array"
+  std::string quantity;            // "time" (also when empty), "memory" or "faults"
+  double low = NAN;                // spread of `measured` over repetitions (min), NaN if unknown
+  double high = NAN;               // spread of `measured` over repetitions (max)
+  std::string seed_quote;          // the seed's own figure, exactly, with units and machine
 };
+
+// A figure comparing memkit with a peer: `ratio` is peer / memkit (the cost of the peer over
+// memkit's: above 1, memkit is faster or smaller), `low`/`high` its spread over repetitions.
+figure peer_figure(std::string name, std::string subject, std::string peer, double ratio, double low,
+                   double high, double target, std::string quantity = "time");
 
 // Output of a child process run by run_self() or run_program().
 struct child_result {
@@ -77,6 +98,9 @@ class context {
   virtual void check(figure f) = 0;
   // Adds a line of explanation under the suite's tables (e.g. "jemalloc: not installed").
   virtual void note(std::string text) = 0;
+  // Records a fact about how this run measured (e.g. "bound: populated mapping"), kept in the
+  // JSON under the suite's "parameters" and shown in the report. The default keeps it as a note.
+  virtual void describe(std::string key, std::string value) { note(key + ": " + value); }
   // Shows progress on a terminal (nothing when stderr is not a terminal).
   virtual void progress(std::string_view step, std::size_t done, std::size_t total) = 0;
   // Runs this executable as `memkit-bench --child <suite> args...` and collects its stdout. `env`
@@ -101,6 +125,10 @@ struct suite {
 // runner itself (e.g. a suite's code built at another optimization level); see context::run_self.
 child_result run_program(const std::string& program, const std::vector<std::string>& args,
                          const std::vector<std::string>& env = {});
+
+// The process id of the child that run_program() is waiting for, 0 when none. The runner's
+// interruption handler ends it so an interrupted run does not leave it behind.
+int running_child() noexcept;
 
 // Adds a suite to the registry; returns a token so registration can happen at static
 // initialization.

@@ -1,7 +1,9 @@
 // Out-of-line parts of the suite interface: the registry, child-result parsing, formatting and
 // the malloc peers found at configure time.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -30,6 +32,8 @@ const char* profile_name(profile p) noexcept {
 }
 
 namespace {
+std::atomic<int> child_pid{0};
+
 std::vector<suite>& registry() {
   static std::vector<suite> suites;
   return suites;
@@ -45,6 +49,19 @@ int register_suite(suite s) {
 }
 
 const std::vector<suite>& registered_suites() { return registry(); }
+
+figure peer_figure(std::string name, std::string subject, std::string peer, double ratio, double low,
+                   double high, double target, std::string quantity) {
+  figure f{std::move(name), ratio, std::string(">="), target, std::string("x")};
+  f.peer = std::move(peer);
+  f.subject = std::move(subject);
+  f.quantity = std::move(quantity);
+  f.low = low;
+  f.high = high;
+  return f;
+}
+
+int running_child() noexcept { return child_pid.load(); }
 
 std::map<std::string, std::string> child_result::values() const {
   std::map<std::string, std::string> out;
@@ -128,9 +145,19 @@ child_result run_program(const std::string& program, const std::vector<std::stri
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
   posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+  // The runner blocks SIGINT and SIGTERM in its own threads (one thread waits for them); the
+  // child starts with none blocked, so it can be interrupted and ended as usual.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = 0;
-  int error = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data());
+  int error = ::posix_spawn(&pid, program.c_str(), &actions, &attributes, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  if (error == 0) child_pid.store(pid);
   ::close(pipe_fds[1]);
   if (error != 0) {
     ::close(pipe_fds[0]);
@@ -147,6 +174,7 @@ child_result run_program(const std::string& program, const std::vector<std::stri
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  child_pid.store(0);
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   return result;
