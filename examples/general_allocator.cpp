@@ -20,6 +20,10 @@ namespace {
 
 [[gnu::noinline]] void release(memkit::general_allocator& heap, void* p) { heap.free(p); }
 
+// Allocates a block and drops the only pointer to it. Out of line, so no copy of the pointer stays
+// in main's frame or registers: the leak scan, conservative like LeakSanitizer's, would count such
+// a copy as a reference and call the block still reachable.
+[[gnu::noinline]] void lose_a_block(memkit::general_allocator& heap) { (void)make_greeting(heap); }
 }  // namespace
 
 int main() {
@@ -69,7 +73,7 @@ int main() {
   char* again = make_greeting(checked);    // detected when the block is handed out again
   release(checked, again);
 
-  (void)make_greeting(checked);  // never freed
+  lose_a_block(checked);  // never freed
   const std::size_t leaks = checked.report_leaks(STDOUT_FILENO);
   std::printf("%zu leak(s) reported\n", leaks);
   return leaks == 1 ? 0 : 1;
