@@ -274,6 +274,20 @@ void populate_tail(segment* s, std::size_t total, bool populate) noexcept {
   (void)os::prefault(reinterpret_cast<char*>(s) + begin, detail::align_up(total, page_bytes) - begin);
 }
 
+// The live list of blocks with mappings of their own; the caller holds im.lock.
+void live_push(general_allocator::impl& im, segment* s) noexcept {
+  s->prev = nullptr;
+  s->next = im.huge_live;
+  if (im.huge_live != nullptr) im.huge_live->prev = s;
+  im.huge_live = s;
+}
+
+void live_remove(general_allocator::impl& im, segment* s) noexcept {
+  if (s->prev != nullptr) s->prev->next = s->next;
+  else im.huge_live = s->next;
+  if (s->next != nullptr) s->next->prev = s->prev;
+}
+
 }  // namespace
 
 void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t alignment, bool zeroed,
@@ -394,10 +408,7 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   resident_bytes.fetch_add(pg.touched_bytes - touched, std::memory_order_relaxed);
   {
     lock_guard guard(lock);
-    s->prev = nullptr;
-    s->next = huge_live;
-    if (huge_live != nullptr) huge_live->prev = s;
-    huge_live = s;
+    live_push(*this, s);
   }
   large_allocations.fetch_add(1, std::memory_order_relaxed);
   large_live_bytes.fetch_add(s->huge_size, std::memory_order_relaxed);
@@ -418,9 +429,7 @@ void general_allocator::impl::huge_free(segment* s) noexcept {
   bool cached_it = false;
   {
     lock_guard guard(lock);
-    if (s->prev != nullptr) s->prev->next = s->next;
-    else huge_live = s->next;
-    if (s->next != nullptr) s->next->prev = s->prev;
+    live_remove(*this, s);
     s->huge_live = false;
     if (cache && huge_cached_count.load(std::memory_order_relaxed) < max_cached_huge &&
         huge_cached_bytes + touched_of(s) <= self->options_.retained_limit / 2) {
@@ -563,9 +572,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
   const split_list splits(s);  // the header moves with the block
   {
     lock_guard guard(lock);  // off the live list while its header is nowhere
-    if (s->prev != nullptr) s->prev->next = s->next;
-    else huge_live = s->next;
-    if (s->next != nullptr) s->next->prev = s->prev;
+    live_remove(*this, s);
   }
   segment_map_set(s, false);
   // Each piece lies in one mapping and moves by one mremap; the last one grows to `total` on the
@@ -599,10 +606,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
     (void)os::release(to, reserved);
     segment_map_set(s, true);
     lock_guard guard(lock);
-    s->prev = nullptr;
-    s->next = huge_live;
-    if (huge_live != nullptr) huge_live->prev = s;
-    huge_live = s;
+    live_push(*this, s);
     return nullptr;
   }
   if (old_reserved > old_committed) (void)os::release(from + old_committed, old_reserved - old_committed);
@@ -626,10 +630,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
   segment_map_set(t, true);
   {
     lock_guard guard(lock);
-    t->prev = nullptr;
-    t->next = huge_live;
-    if (huge_live != nullptr) huge_live->prev = t;
-    huge_live = t;
+    live_push(*this, t);
   }
   return t->pages[0].start;
 }
