@@ -10,9 +10,6 @@
 // a fresh process tree, reaped with wait4 so its rusage gives peak RSS (the largest process of the
 // tree) and page faults (summed over the tree); wall time is measured around it. Repetitions are
 // interleaved across subjects. A run whose output differs from glibc's is an error row.
-#include <spawn.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,7 +29,6 @@
 #define MEMKIT_BENCH_REAL_PROGRAMS_DIR ""
 #endif
 
-extern char** environ;
 
 namespace memkit::bench {
 namespace {
@@ -75,72 +71,29 @@ struct run_result {
 
 std::string script_path() { return std::string(MEMKIT_BENCH_REAL_PROGRAMS_DIR) + "/workload"; }
 
-// Runs the workload script with `extra_env` added, collects its stdout, reaps it with wait4.
-run_result run_script(const std::vector<std::string>& args, const std::vector<std::string>& extra_env) {
+// Runs the workload script with `extra_env` added (and no preload of the runner's own), through
+// run_program, so an interrupted run ends it like any other child.
+run_result run_script(const std::vector<std::string>& args, std::vector<std::string> extra_env) {
+  extra_env.insert(extra_env.begin(), "LD_PRELOAD=");
+  if (std::none_of(extra_env.begin(), extra_env.end(),
+                   [](const std::string& e) { return e.rfind("MEMKIT_WORKLOAD_PRELOAD=", 0) == 0; }))
+    extra_env.push_back("MEMKIT_WORKLOAD_PRELOAD=");
+  const child_result child = run_program(script_path(), args, extra_env);
   run_result result;
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) {
-    result.error = std::string("pipe failed: ") + std::strerror(errno);
-    return result;
-  }
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry = *e;
-    // The runner's own environment must not leak a preload into the script.
-    if (entry.rfind("LD_PRELOAD=", 0) == 0 || entry.rfind("MEMKIT_WORKLOAD_PRELOAD=", 0) == 0)
-      continue;
-    env_strings.push_back(std::move(entry));
-  }
-  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
-  const std::string program = script_path();
-  std::vector<char*> argv{const_cast<char*>(program.c_str())};
-  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
-  posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
-  pid_t pid = 0;
-  const auto start = clock::now();
-  int error = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(pipe_fds[1]);
-  if (error != 0) {
-    ::close(pipe_fds[0]);
-    result.error = std::string("cannot start the workload script: ") + std::strerror(error);
-    return result;
-  }
-  char buffer[4096];
-  for (;;) {
-    ssize_t n = ::read(pipe_fds[0], buffer, sizeof buffer);
-    if (n > 0) result.values.append(buffer, static_cast<std::size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
-  }
-  ::close(pipe_fds[0]);
-  int status = 0;
-  struct rusage usage {};
-  while (::wait4(pid, &status, 0, &usage) < 0) {
-    if (errno != EINTR) {
-      result.error = std::string("wait4 failed: ") + std::strerror(errno);
-      return result;
-    }
-  }
-  result.wall_ns = nanoseconds(start, clock::now());
-  result.peak_rss = static_cast<double>(usage.ru_maxrss) * 1024.0;  // KiB on Linux
-  result.page_faults = static_cast<double>(usage.ru_minflt + usage.ru_majflt);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+  result.values = child.output;
+  result.wall_ns = child.wall_ns;
+  result.peak_rss = child.peak_rss;
+  result.page_faults = child.page_faults;
+  if (child.ok()) {
     result.ok = true;
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+  } else if (child.signal != 0) {
+    result.error = "killed by signal " + std::to_string(child.signal);
+  } else if (child.exit_code == 77) {
     result.error = "not installed";
+  } else if (child.output.rfind("spawn failed", 0) == 0 || child.output.rfind("pipe failed", 0) == 0) {
+    result.error = "cannot start the workload script: " + child.output;
   } else {
-    result.error = WIFSIGNALED(status)
-                       ? "killed by signal " + std::to_string(WTERMSIG(status))
-                       : "failed (exit status " + std::to_string(WEXITSTATUS(status)) + ")";
+    result.error = "failed (exit status " + std::to_string(child.exit_code) + ")";
   }
   return result;
 }

@@ -74,6 +74,9 @@ struct child_result {
   int exit_code = -1;    // exit status, or -1 when killed by a signal
   int signal = 0;        // the signal that ended it, or 0
   std::string output;    // everything it wrote to stdout
+  double wall_ns = 0;     // from start to reaping, run_program() only
+  double peak_rss = 0;    // bytes, its largest process (with its children), run_program() only
+  double page_faults = 0; // minor + major, summed over it and its children, run_program() only
   // Parses "key=value" lines of output into a map (other lines are ignored).
   std::map<std::string, std::string> values() const;
   // The value of "key" as a number, or `fallback` when missing.
