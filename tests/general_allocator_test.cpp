@@ -307,6 +307,82 @@ TEST_F(general_allocator_test, a_failed_page_move_leaves_every_block_usable) {
   }
 }
 
+TEST_F(general_allocator_test, a_freed_large_block_serves_blocks_of_the_size_classes) {
+  general_allocator a(long_cache());
+  const std::size_t mib = std::size_t{1} << 20;
+  const std::size_t segment = 4 * mib;
+  auto* big = static_cast<char*>(a.allocate(7 * mib));  // above the size classes
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 0xFF, 7 * mib);
+  char* const base = reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(big) & ~(segment - 1));
+  a.free(big);
+  const auto before = a.statistics();
+  EXPECT_GE(before.retained_bytes, 7 * mib);  // cached, resident
+  // A block of a size class needs a segment: the freed block's first 4 MiB become it, in place,
+  // with their resident pages, instead of a new mapping faulted in afresh.
+  auto* p = static_cast<unsigned char*>(a.allocate(2 * mib));
+  ASSERT_NE(p, nullptr);
+  EXPECT_GE(reinterpret_cast<char*>(p), base);
+  EXPECT_LE(reinterpret_cast<char*>(p) + 2 * mib, base + segment);
+  const auto after = a.statistics();
+  EXPECT_LT(after.mapped_bytes, before.mapped_bytes + segment);  // no new segment
+  EXPECT_LE(after.resident_bytes, before.resident_bytes + 64 * 1024);  // the header's pages at most
+  fill(p, 2 * mib, 1);
+  // The rest of the freed block stays cached as a block of its own: a zeroed large block that
+  // takes its pages reads zero, and neither overwrites the other.
+  auto* z = static_cast<unsigned char*>(a.allocate_zeroed(5 * mib));
+  ASSERT_NE(z, nullptr);
+  for (std::size_t i = 0; i < 5 * mib; i += 256) ASSERT_EQ(z[i], 0) << i;
+  fill(z, 5 * mib, 2);
+  EXPECT_LT(a.statistics().resident_bytes, after.resident_bytes + 3 * mib);  // took resident pages
+  // Other blocks of the size classes share the segment.
+  std::vector<void*> more;
+  for (std::size_t size : {std::size_t{512} << 10, std::size_t{1} << 20, std::size_t{300} << 10}) {
+    void* q = a.allocate(size);
+    ASSERT_NE(q, nullptr);
+    fill(q, size, 3);
+    more.push_back(q);
+  }
+  EXPECT_TRUE(check(p, 2 * mib, 1));
+  EXPECT_TRUE(check(z, 5 * mib, 2));
+  for (void* q : more) {
+    EXPECT_TRUE(check(q, std::size_t{300} << 10, 3));
+    a.free(q);
+  }
+  a.free(p);
+  a.free(z);
+  const auto end = a.statistics();
+  EXPECT_EQ(end.large_live_bytes, 0u);
+  EXPECT_EQ(end.live_bytes, 0u);
+  EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+  a.purge();
+  EXPECT_EQ(a.statistics().retained_bytes, 0u);
+}
+
+TEST_F(general_allocator_test, a_cached_large_block_that_cannot_be_committed_stays_cached) {
+  general_allocator a(long_cache());
+  const std::size_t kib = 1024;
+  // Committed only as far as its own end, below 4 MiB: becoming a segment needs one more commit.
+  auto* big = static_cast<char*>(a.allocate(3700 * kib));
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 0xFF, 3700 * kib);
+  a.free(big);
+  os::testing::inject_failure(os::testing::operation::commit, 1);
+  void* p = a.allocate(2048 * kib);  // the failed commit falls back to a new segment
+  os::testing::clear_injected_failures();
+  ASSERT_NE(p, nullptr);
+  fill(p, 2048 * kib, 5);
+  EXPECT_TRUE(check(p, 2048 * kib, 5));
+  // The freed block is still cached and whole: the next block of its size reuses it.
+  auto* again = static_cast<char*>(a.allocate(3700 * kib));
+  EXPECT_EQ(again, big);
+  fill(again, 3700 * kib, 6);
+  EXPECT_TRUE(check(again, 3700 * kib, 6));
+  a.free(again);
+  a.free(p);
+  EXPECT_EQ(a.statistics().live_bytes, 0u);
+}
+
 TEST_F(general_allocator_test, large_class_blocks_share_freed_spans_in_place) {
   general_allocator::options o;
   o.purge_delay_ms = 600000;  // nothing is purged by itself during the test
@@ -553,13 +629,15 @@ TEST_F(general_allocator_test, a_growing_block_takes_the_resident_pages_of_freed
   const std::size_t mib = std::size_t{1} << 20;
   for (bool failing : {false, true}) {
     general_allocator a;
-    // Freed large blocks wait in the cache with their pages resident.
-    for (int i = 0; i < 2; ++i) {
-      void* p = a.allocate(8 * mib);
-      ASSERT_NE(p, nullptr);
-      std::memset(p, 0x55, 8 * mib);
-      a.free(p);
+    // Freed large blocks wait in the cache with their pages resident (the first segment for the
+    // size classes that grow_by_steps passes through takes 4 MiB of one of them).
+    void* freed[2];
+    for (void*& f : freed) {
+      f = a.allocate(8 * mib);
+      ASSERT_NE(f, nullptr);
+      std::memset(f, 0x55, 8 * mib);
     }
+    for (void* f : freed) a.free(f);
     void* p = grow_by_steps(a, mib);
     ASSERT_NE(p, nullptr);
     // The bound: writing as much into a fresh mapping (sanitizers add faults of their own to

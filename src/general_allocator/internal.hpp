@@ -451,6 +451,7 @@ struct general_allocator::impl {
   bool huge_resize(gpa::segment* s, std::size_t new_size, bool populate = false) noexcept;
   void* huge_move(gpa::segment* s, std::size_t new_size, bool populate) noexcept;
   bool recycle_into(gpa::segment* s, std::size_t total) noexcept;
+  gpa::segment* segment_from_cached_huge(std::size_t& resident) noexcept;
   void* grow_block(void* p, std::size_t copy_bytes, std::size_t new_size, std::size_t alignment,
                    bool populate) noexcept;
   // debug.cpp

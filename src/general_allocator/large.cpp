@@ -40,6 +40,10 @@ constexpr std::size_t max_cached_huge = 16;
 // system call and splits the mappings).
 constexpr std::size_t min_recycled = std::size_t{64} << 10;
 
+// A cached large block becomes a segment for spans only when at least this much of it is resident:
+// below that, a fresh segment costs as much.
+constexpr std::size_t min_adopted = std::size_t{1} << 20;
+
 // Cleared at the first ENOTSUP from os::move_pages (systems without mremap).
 std::atomic<bool> recycling_supported{true};
 
@@ -549,6 +553,71 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
     trim_splits(s, s->huge_committed);
   }
   return s->huge_committed >= total;
+}
+
+// A segment for spans made of the first 4 MiB of the cached block with the most resident pages,
+// so that memory a freed large block left resident serves blocks of 64 KiB-3.5 MiB instead of
+// waiting for a large block or its purge while spans fault in fresh pages (mimalloc gets this from
+// putting both in one segment). The rest of the block stays cached as a block of its own when it
+// holds resident pages (its header is written at the next 4 MiB boundary) and is unmapped
+// otherwise. `resident` is set to the bytes from the header on that are resident; the segment
+// counts them no more (acquire_segment counts what it adopts). Null when no cached block holds
+// enough resident pages to be worth it, or committing the segment failed.
+segment* general_allocator::impl::segment_from_cached_huge(std::size_t& resident) noexcept {
+  resident = 0;
+  if (huge_cached_count.load(std::memory_order_relaxed) == 0) return nullptr;
+  const std::size_t keep = detail::align_up(sizeof(segment), os::page_size());
+  segment* c = nullptr;
+  {
+    lock_guard guard(lock);
+    segment** best = nullptr;
+    for (segment** link = &huge_cached; *link != nullptr; link = &(*link)->next) {
+      const segment* d = *link;
+      if (d->reserved_bytes < segment_size || touched_of(d) < min_adopted) continue;
+      if (best == nullptr || touched_of(d) > touched_of(*best)) best = link;
+    }
+    if (best == nullptr) return nullptr;
+    c = cache_take(*this, best);
+  }
+  char* base = reinterpret_cast<char*>(c);
+  const std::size_t reserved = c->reserved_bytes;
+  const std::size_t touched = touched_of(c);
+  const std::size_t committed = c->huge_committed;
+  const split_list splits(c);
+  if (committed < segment_size && !os::commit(base + committed, segment_size - committed)) {
+    lock_guard guard(lock);
+    cache_push(*this, c);
+    return nullptr;
+  }
+  if (reserved > segment_size) {
+    if (touched >= segment_size + keep) {
+      // The rest keeps its resident pages, cached as a block of its own.
+      auto* rest = new (base + segment_size) segment();
+      rest->instance = this;
+      rest->kind = segment_kind::huge;
+      rest->page_shift = 63;
+      rest->page_count = 1;
+      rest->reserved_bytes = reserved - segment_size;
+      rest->huge_committed = committed - segment_size;
+      rest->pages[0].touched_bytes = touched - segment_size;
+      rest->cached_since_ms = c->cached_since_ms;
+      split_list moved;
+      for (std::uint32_t i = 0; i < splits.count; ++i)
+        if (splits.at[i] > segment_size) moved.add(splits.at[i] - segment_size);
+      moved.store(rest);
+      segment_map_set(rest, true);
+      resident_bytes.fetch_sub(segment_size, std::memory_order_relaxed);
+      resident = segment_size;
+      lock_guard guard(lock);
+      cache_push(*this, rest);
+      return c;
+    }
+    (void)os::release(base + segment_size, reserved - segment_size);
+    mapped_bytes.fetch_sub(reserved - segment_size, std::memory_order_relaxed);
+  }
+  resident = touched < segment_size ? touched : segment_size;
+  resident_bytes.fetch_sub(touched, std::memory_order_relaxed);
+  return c;
 }
 
 void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool populate) noexcept {

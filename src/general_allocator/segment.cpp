@@ -107,6 +107,8 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
     retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
     resident_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
   }
+  std::size_t adopted = 0;  // bytes a freed large block left resident in the segment
+  if (s == nullptr && kind == segment_kind::large) s = segment_from_cached_huge(adopted);
   if (s == nullptr) {
     auto reserved = os::reserve_aligned(segment_size, segment_size);
     if (!reserved) return nullptr;
@@ -135,6 +137,15 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
     pg.area_end = base + ((std::size_t{i} + 1) << s->page_shift);
     if (pg.start < pg.area_end) s->free_mask |= std::uint64_t{1} << i;
   }
+  if (adopted != 0) {
+    // Its resident slices are free and idle, as release_span leaves them (large.cpp).
+    const auto n = static_cast<unsigned>((adopted + slice_size - 1) >> slice_shift);
+    s->resident_mask = n > 1 ? run_bits(1, n - 1) : 0;
+    s->pages[0].touched_bytes = slice_bytes(s->resident_mask);
+    h->retained_bytes += s->pages[0].touched_bytes;
+    retained_bytes.fetch_add(s->pages[0].touched_bytes, std::memory_order_relaxed);
+    resident_bytes.fetch_add(segment_header_touched() + s->pages[0].touched_bytes, std::memory_order_relaxed);
+  }
   s->owner.store(h, std::memory_order_release);
   s->thread_id.store(h->thread_id.load(std::memory_order_relaxed), std::memory_order_relaxed);
   s->prev = nullptr;
@@ -145,6 +156,7 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
   s->free_next = h->free_segments[k];
   if (s->free_next != nullptr) s->free_next->free_prev = s;
   h->free_segments[k] = s;
+  if (adopted != 0 && s->pages[0].touched_bytes != 0) purge_list_append(h, &s->pages[0], now_ms());
   return s;
 }
 
