@@ -383,6 +383,63 @@ TEST_F(general_allocator_test, a_cached_large_block_that_cannot_be_committed_sta
   EXPECT_EQ(a.statistics().live_bytes, 0u);
 }
 
+TEST_F(general_allocator_test, an_empty_segment_gives_its_resident_pages_to_a_new_large_block) {
+  const std::size_t mib = std::size_t{1} << 20;
+  for (bool failing : {false, true}) {
+    general_allocator a(long_cache());
+    // Two blocks of a size class, each filling most of a segment, written and freed: the heap
+    // keeps one empty segment, the other waits for its purge, resident.
+    auto* span = static_cast<char*>(a.allocate(3 * mib));
+    auto* other = static_cast<char*>(a.allocate(3 * mib));
+    ASSERT_NE(span, nullptr);
+    ASSERT_NE(other, nullptr);
+    std::memset(span, 0xFF, 3 * mib);
+    std::memset(other, 0xFF, 3 * mib);
+    a.free(span);
+    a.free(other);
+    const auto before = a.statistics();
+    ASSERT_GE(before.retained_bytes, 6 * mib);
+    if (failing) os::testing::fail_after(os::testing::operation::map, 0);  // the move fails
+    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(6 * mib));
+    os::testing::clear_injected_failures();
+    ASSERT_NE(z, nullptr) << failing;  // a failed move falls back to fresh memory
+    for (std::size_t i = 0; i < 6 * mib; i += 256) ASSERT_EQ(z[i], 0) << failing << " " << i;
+    fill(z, 6 * mib, 7);
+    const auto after = a.statistics();
+    if (!failing) {
+      // The segment's pages moved into the block rather than 6 MiB being faulted in afresh.
+#if defined(__linux__)
+      EXPECT_LT(after.resident_bytes, before.resident_bytes + 4 * mib);
+      EXPECT_LT(after.retained_bytes, before.retained_bytes);
+#endif
+    } else {
+      // The segment is still whole and cached: blocks of a size class take it again.
+      auto* again = static_cast<char*>(a.allocate(3 * mib));
+      auto* more = static_cast<char*>(a.allocate(3 * mib));
+      EXPECT_TRUE(again == span || more == span);
+      fill(again, 3 * mib, 8);
+      fill(more, 3 * mib, 10);
+      EXPECT_TRUE(check(again, 3 * mib, 8));
+      EXPECT_TRUE(check(more, 3 * mib, 10));
+      a.free(again);
+      a.free(more);
+    }
+    // A block of a size class still gets a segment afterwards.
+    void* p = a.allocate(2 * mib);
+    ASSERT_NE(p, nullptr);
+    fill(p, 2 * mib, 9);
+    EXPECT_TRUE(check(z, 6 * mib, 7));
+    EXPECT_TRUE(check(p, 2 * mib, 9));
+    a.free(p);
+    a.free(z);
+    const auto end = a.statistics();
+    EXPECT_EQ(end.large_live_bytes, 0u);
+    EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+    a.purge();
+    EXPECT_EQ(a.statistics().retained_bytes, 0u);
+  }
+}
+
 TEST_F(general_allocator_test, large_class_blocks_share_freed_spans_in_place) {
   general_allocator::options o;
   o.purge_delay_ms = 600000;  // nothing is purged by itself during the test

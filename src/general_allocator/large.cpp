@@ -137,6 +137,46 @@ segment* cache_take(general_allocator::impl& im, segment** link) noexcept {
   return s;
 }
 
+// Empty segments waiting for their purge (release_segment's dirty list) hold resident pages too:
+// the page area of the oldest one, the next to be discarded, moves into [at, at + bytes) and the
+// rest of the segment is unmapped (it would have been discarded; a segment is cheap to map again).
+// Returns false if the move failed: the destination may then be unmapped; the segment is cached
+// again, whole. Its resident bytes now count for the target, `bytes` of them.
+bool recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_t bytes) noexcept {
+  segment* d;
+  {
+    lock_guard guard(im.lock);
+    d = im.dirty_last;
+    if (d == nullptr) return true;
+    im.dirty_last = d->prev;
+    if (im.dirty_last != nullptr) im.dirty_last->next = nullptr;
+    else im.dirty_first = nullptr;
+  }
+  char* area = reinterpret_cast<char*>(d) + segment_header_bytes;
+  if (auto moved = os::move_pages(area, bytes, at); !moved) {
+    if (moved.error() == ENOTSUP) recycling_supported.store(false, std::memory_order_relaxed);
+    lock_guard guard(im.lock);
+    d->next = nullptr;
+    d->prev = im.dirty_last;
+    if (im.dirty_last != nullptr) im.dirty_last->next = d;
+    else im.dirty_first = d;
+    im.dirty_last = d;
+    return false;
+  }
+  const std::size_t dirty = d->dirty_bytes;
+  im.dirty_cached.fetch_sub(1, std::memory_order_relaxed);
+  im.retained_bytes.fetch_sub(dirty, std::memory_order_relaxed);
+  im.resident_bytes.fetch_sub(dirty + segment_header_touched(), std::memory_order_relaxed);
+  im.resident_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  im.mapped_bytes.fetch_sub(segment_size, std::memory_order_relaxed);
+  segment_map_set(d, false);
+  (void)os::release(d, segment_header_bytes);
+  if (bytes < segment_size - segment_header_bytes) {
+    (void)os::release(area + bytes, segment_size - segment_header_bytes - bytes);
+  }
+  return true;
+}
+
 // Moves resident pages of the cached blocks on the `donors` list into the block being built at
 // `base` (reservation `reserved`, resident prefix `touched`, mapping splits `splits`) until its
 // first `total` bytes are resident. A donor that gives all its pages is released; one that gives
@@ -205,6 +245,20 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
     for (std::uint32_t k = 0; k < from.count; ++k)
       if (from.at[k] > start && from.at[k] < held) splits.add(touched + (from.at[k] - start));
     touched += given;
+    if (touched < reserved) splits.add(touched);
+  }
+  // Then the page areas of empty segments due for their purge (only above min_recycled: a move
+  // costs a system call and splits the mapping).
+  while (ok && touched + min_recycled <= total && splits.count + 2 <= max_huge_splits &&
+         im.dirty_cached.load(std::memory_order_relaxed) != 0) {
+    const std::size_t area = segment_size - segment_header_bytes;
+    const std::size_t bytes = total - touched < area ? total - touched : area;
+    if (!recycle_dirty_segment(im, base + touched, bytes)) {
+      ok = false;
+      break;
+    }
+    if (touched != 0) splits.add(touched);
+    touched += bytes;
     if (touched < reserved) splits.add(touched);
   }
   while (segment* d = donors) {  // left after a failure
@@ -378,7 +432,9 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
       if (s == nullptr) return nullptr;
     }
   }
-  if (donors != nullptr &&
+  if ((donors != nullptr || (alignment <= segment_size && touched + min_recycled <= total &&
+                              dirty_cached.load(std::memory_order_relaxed) != 0 &&
+                              recycling_supported.load(std::memory_order_relaxed))) &&
       !recycle_pages(*this, reinterpret_cast<char*>(s), reserved, touched, splits, total, donors)) {
     release_huge(*this, s, reserved, touched);
     touched = 0;
@@ -513,8 +569,8 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size, bool
 // left the block without the pages it needs (it still has every page it had).
 bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexcept {
   const std::size_t touched_before = s->pages[0].touched_bytes;
-  if (total - touched_before < min_recycled || huge_cached_count.load(std::memory_order_relaxed) == 0 ||
-      !recycling_supported.load(std::memory_order_relaxed)) {
+  if (total - touched_before < min_recycled || !recycling_supported.load(std::memory_order_relaxed) ||
+      (huge_cached_count.load(std::memory_order_relaxed) == 0 && dirty_cached.load(std::memory_order_relaxed) == 0)) {
     return true;
   }
   segment* donors = nullptr;
@@ -533,7 +589,7 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
       tail = &d->next;
     }
   }
-  if (donors == nullptr) return true;
+  if (donors == nullptr && dirty_cached.load(std::memory_order_relaxed) == 0) return true;
   char* base = reinterpret_cast<char*>(s);
   split_list splits(s);
   std::size_t touched = touched_before;
@@ -573,7 +629,12 @@ segment* general_allocator::impl::segment_from_cached_huge(std::size_t& resident
     segment** best = nullptr;
     for (segment** link = &huge_cached; *link != nullptr; link = &(*link)->next) {
       const segment* d = *link;
-      if (d->reserved_bytes < segment_size || touched_of(d) < min_adopted) continue;
+      // Pages moved in below 4 MiB would split the segment's mapping, which must stay one for
+      // recycle_dirty_segment.
+      if (d->reserved_bytes < segment_size || touched_of(d) < min_adopted ||
+          (d->huge_split_count != 0 && d->huge_splits[0] < segment_size)) {
+        continue;
+      }
       if (best == nullptr || touched_of(d) > touched_of(*best)) best = link;
     }
     if (best == nullptr) return nullptr;
