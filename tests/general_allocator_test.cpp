@@ -728,6 +728,38 @@ TEST_F(general_allocator_test, a_growing_block_takes_the_resident_pages_of_freed
   }
 }
 
+TEST_F(general_allocator_test, a_c_realloc_populates_geometric_growth_not_far_jumps) {
+  const std::size_t mib = std::size_t{1} << 20;
+  const long pages_per_mib = static_cast<long>(mib / os::page_size());
+  general_allocator a;
+  void* p = a.reallocate_unsized(a.allocate(64 * 1024), 8 * mib);  // its own reservation
+  ASSERT_NE(p, nullptr);
+  fill(p, 8 * mib, 12);
+  // A 1.5x step: realloc faults all the new pages in at once, before the caller writes them.
+  long before = minor_faults();
+  void* q = a.reallocate_unsized(p, 12 * mib);
+  const long step = minor_faults() - before;
+  ASSERT_EQ(q, p);
+#if defined(__linux__)
+  EXPECT_GE(step, 3 * pages_per_mib) << "pages populated by a 4 MiB step";
+#endif
+  // A jump to 8 times the size: only as many pages as the block had (12 MiB) are populated, the
+  // rest fault in when (and if) the caller writes them.
+  before = minor_faults();
+  q = a.reallocate_unsized(q, 96 * mib);
+  const long jump = minor_faults() - before;
+  ASSERT_EQ(q, p);
+  EXPECT_LT(jump, 16 * pages_per_mib) << "pages populated by a jump of 84 MiB";
+  // Populating that fails leaves the pages to fault in as they are written.
+  os::testing::inject_failure(os::testing::operation::prefault, 1);
+  q = a.reallocate_unsized(q, 128 * mib);
+  os::testing::clear_injected_failures();
+  ASSERT_EQ(q, p);
+  std::memset(static_cast<char*>(q) + 8 * mib, 1, 120 * mib);
+  EXPECT_TRUE(check(q, 8 * mib, 12));
+  a.free(q);
+}
+
 TEST_F(general_allocator_test, shrinking_a_large_block_gives_its_pages_back) {
   general_allocator a;
   const std::size_t mib = std::size_t{1} << 20;

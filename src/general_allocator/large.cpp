@@ -320,16 +320,20 @@ void release_huge(general_allocator::impl& im, segment* s, std::size_t reserved,
   (void)os::release(s, reserved);
 }
 
-// With `populate` (a C realloc, whose caller asked for the bytes it grows to), faults in the pages
-// of a grown block that are not resident yet, [from its resident prefix, `total`), in one call:
-// 1 GiB grown by 1.5x steps took 1.67 s populated against 2.28 s faulted page by page. A failure
-// only means that the pages fault in later, one by one, as they would have.
+// With `populate` (a C realloc, whose caller asked for the bytes it grows to), faults in, in one
+// call, the pages a grown block gets beyond its resident prefix, but no more of them than it
+// already had: a buffer that grows geometrically (by 2x or less, as programs grow what they fill)
+// gets all its new pages at once, while a jump far beyond the old size, more likely room that is
+// never written, populates only its first part. See docs/general_allocator.md (Growing blocks)
+// for the measurements. A failure only means that the pages fault in later, one by one, as they
+// would have.
 void populate_tail(segment* s, std::size_t total, bool populate) noexcept {
   const std::size_t from = s->pages[0].touched_bytes;
   if (!populate || total <= from) return;
+  const std::size_t end = total - from > from ? from + from : total;
   const std::size_t page_bytes = os::page_size();
   const std::size_t begin = from & ~(page_bytes - 1);
-  (void)os::prefault(reinterpret_cast<char*>(s) + begin, detail::align_up(total, page_bytes) - begin);
+  (void)os::prefault(reinterpret_cast<char*>(s) + begin, detail::align_up(end, page_bytes) - begin);
 }
 
 // The live list of blocks with mappings of their own; the caller holds im.lock.
