@@ -140,8 +140,10 @@ segment* cache_take(general_allocator::impl& im, segment** link) noexcept {
 // Empty segments waiting for their purge (release_segment's dirty list) hold resident pages too:
 // the page area of the oldest one, the next to be discarded, moves into [at, at + bytes) and the
 // rest of the segment is unmapped (it would have been discarded; a segment is cheap to map again).
-// Returns false if the move failed: the destination may then be unmapped; the segment is cached
-// again, whole. Its resident bytes now count for the target, `bytes` of them.
+// Its resident bytes now count for the target, `bytes` of them. Returns false if the move failed
+// (a segment made of a large block with pages moved in spans several mappings, which Linux moves
+// at once only from 6.17 on): the destination may then be unmapped, and the segment is unmapped
+// too, so that it cannot fail again.
 bool recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_t bytes) noexcept {
   segment* d;
   {
@@ -153,23 +155,19 @@ bool recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_t by
     else im.dirty_first = nullptr;
   }
   char* area = reinterpret_cast<char*>(d) + segment_header_bytes;
-  if (auto moved = os::move_pages(area, bytes, at); !moved) {
-    if (moved.error() == ENOTSUP) recycling_supported.store(false, std::memory_order_relaxed);
-    lock_guard guard(im.lock);
-    d->next = nullptr;
-    d->prev = im.dirty_last;
-    if (im.dirty_last != nullptr) im.dirty_last->next = d;
-    else im.dirty_first = d;
-    im.dirty_last = d;
-    return false;
-  }
+  const os::status moved = os::move_pages(area, bytes, at);
+  if (!moved && moved.error() == ENOTSUP) recycling_supported.store(false, std::memory_order_relaxed);
   const std::size_t dirty = d->dirty_bytes;
   im.dirty_cached.fetch_sub(1, std::memory_order_relaxed);
   im.retained_bytes.fetch_sub(dirty, std::memory_order_relaxed);
   im.resident_bytes.fetch_sub(dirty + segment_header_touched(), std::memory_order_relaxed);
-  im.resident_bytes.fetch_add(bytes, std::memory_order_relaxed);
   im.mapped_bytes.fetch_sub(segment_size, std::memory_order_relaxed);
   segment_map_set(d, false);
+  if (!moved) {
+    (void)os::release(d, segment_size);
+    return false;
+  }
+  im.resident_bytes.fetch_add(bytes, std::memory_order_relaxed);
   (void)os::release(d, segment_header_bytes);
   if (bytes < segment_size - segment_header_bytes) {
     (void)os::release(area + bytes, segment_size - segment_header_bytes - bytes);
@@ -633,12 +631,7 @@ segment* general_allocator::impl::segment_from_cached_huge(std::size_t& resident
     segment** best = nullptr;
     for (segment** link = &huge_cached; *link != nullptr; link = &(*link)->next) {
       const segment* d = *link;
-      // Pages moved in below 4 MiB would split the segment's mapping, which must stay one for
-      // recycle_dirty_segment.
-      if (d->reserved_bytes < segment_size || touched_of(d) < min_adopted ||
-          (d->huge_split_count != 0 && d->huge_splits[0] < segment_size)) {
-        continue;
-      }
+      if (d->reserved_bytes < segment_size || touched_of(d) < min_adopted) continue;
       if (best == nullptr || touched_of(d) > touched_of(*best)) best = link;
     }
     if (best == nullptr) return nullptr;
