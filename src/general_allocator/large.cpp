@@ -16,6 +16,10 @@
 // faulted in again (a fault costs far more than moving an entry), which is what an allocator that
 // splits and coalesces spans inside big segments (mimalloc, jemalloc) gets from reuse.
 //
+// Resident memory also flows between these blocks and the spans of smaller ones: a new span
+// segment is cut from a cached block (segment_from_cached_huge), and a block short of pages takes
+// the page area of an empty segment due for its purge (recycle_dirty_segment).
+//
 // Resident pages of a block are tracked as a prefix: pages[0].touched_bytes from the header on.
 // Memory beyond it has never been written since the OS mapped it, so it reads as zero.
 #include <unistd.h>
