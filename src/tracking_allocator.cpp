@@ -1,7 +1,5 @@
 #include "memkit/tracking_allocator.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cinttypes>
@@ -10,6 +8,7 @@
 #include <cstdlib>
 
 #include "memkit/detail/stack_trace.hpp"
+#include "os/platform.hpp"
 
 namespace memkit {
 namespace {
@@ -25,13 +24,7 @@ constexpr std::size_t max_stack_depth = 32;
   va_end(args);
   if (length <= 0) return;
   std::size_t remaining = std::min(static_cast<std::size_t>(length), sizeof buffer - 1);
-  const char* cursor = buffer;
-  while (remaining > 0) {
-    ssize_t written = ::write(fd, cursor, remaining);
-    if (written <= 0) return;
-    cursor += written;
-    remaining -= static_cast<std::size_t>(written);
-  }
+  (void)os::output(fd, buffer, remaining);
 }
 
 std::string format_bytes(std::uint64_t bytes) {

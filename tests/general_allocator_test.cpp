@@ -1181,9 +1181,22 @@ TEST_F(general_allocator_test, free_pages_of_exited_threads_heaps_go_back_to_the
 
 TEST_F(general_allocator_test, works_with_std_containers) {
   general_allocator a;
-  std::vector<int, memkit::std_allocator<int>> v{memkit::std_allocator<int>(a)};
-  for (int i = 0; i < 100000; ++i) v.push_back(i);
-  EXPECT_EQ(v[99999], 99999);
+  {
+    std::vector<int, memkit::std_allocator<int>> v{memkit::std_allocator<int>(a)};
+    for (int i = 0; i < 100000; ++i) v.push_back(i);
+    EXPECT_EQ(v[99999], 99999);
+    // The elements live in this allocator's memory, not the default heap's.
+    EXPECT_TRUE(a.owns(v.data()));
+    EXPECT_TRUE(a.owns(&v.back()));
+    EXPECT_FALSE(memkit::general_allocator::global().owns(v.data()));
+    const auto s = a.statistics();
+    EXPECT_GE(s.live_bytes, v.capacity() * sizeof(int));
+    EXPECT_GE(s.allocations, 2u);  // the vector grew at least once
+  }
+  // Every growth step gave its old buffer back, and the destructor the last one.
+  const auto s = a.statistics();
+  EXPECT_EQ(s.live_bytes, 0u);
+  EXPECT_EQ(s.allocations, s.frees);
 }
 
 }  // namespace

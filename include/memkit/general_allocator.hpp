@@ -45,6 +45,8 @@
 
 namespace memkit {
 
+struct general_allocator_statistics;
+
 class general_allocator final : public allocator {
  public:
   // How debug-mode reports are written: text for people, or one JSON object per line per report.
@@ -115,7 +117,7 @@ class general_allocator final : public allocator {
     std::size_t pages = 0;             // pages of this class currently in use
   };
 
-  // Most size classes there can be; statistics::size_classes has this many entries.
+  // Most size classes there can be; general_allocator_statistics::size_classes has this many entries.
   static constexpr std::size_t max_size_classes = 72;
   // Longest stack trace kept in debug mode.
   static constexpr std::size_t max_stack_frames = 32;
@@ -129,27 +131,6 @@ class general_allocator final : public allocator {
   static constexpr unsigned char freed_fill_byte = 0xDF;
   // Byte canaries are made of.
   static constexpr unsigned char canary_byte = 0xCA;
-
-  // A snapshot of the allocator's counters. Allocations are counted on the fast path; frees are
-  // derived (allocations minus the live blocks found in the pages), so a block freed by another
-  // thread counts as freed once its owner collects it (at its next page refill). The figures are
-  // exact when threads are quiet.
-  struct statistics {
-    std::size_t live_bytes = 0;        // bytes in blocks handed out and not freed (block sizes)
-    std::size_t peak_live_bytes = 0;   // highest bytes in use, counted at page granularity (pages
-                                       // holding blocks plus large blocks): an upper bound
-    std::size_t resident_bytes = 0;    // memory held and not returned to the OS (upper bound)
-    std::size_t mapped_bytes = 0;      // address space reserved from the OS
-    std::size_t retained_bytes = 0;    // empty memory not yet returned to the OS
-    std::uint64_t allocations = 0;     // all allocations so far
-    std::uint64_t frees = 0;           // all frees so far
-    std::uint64_t large_allocations = 0;  // allocations that got their own mapping
-    std::uint64_t large_frees = 0;        // frees of those
-    std::size_t large_live_bytes = 0;     // bytes in live large allocations
-    std::size_t heaps = 0;             // thread heaps created (live and abandoned)
-    std::size_t size_class_count = 0;  // entries of size_classes in use
-    size_class_statistics size_classes[max_size_classes];
-  };
 
   // A private allocator with default options. Its memory is returned to the OS when it is
   // destroyed; blocks still live then become invalid.
@@ -213,9 +194,8 @@ class general_allocator final : public allocator {
   // OS now. Memory of other threads' heaps is returned when those threads next refill a page.
   void purge() noexcept;
 
-  // The counters now. The member function hides the type's name inside the class, so declare
-  // results with auto (or `struct general_allocator::statistics`).
-  struct statistics statistics() const noexcept;
+  // The counters now.
+  general_allocator_statistics statistics() const noexcept;
   // Writes the counters as text to `fd` (no malloc; safe in an atexit handler).
   void print_statistics(int fd) const noexcept;
 
@@ -244,7 +224,7 @@ class general_allocator final : public allocator {
     free_in_family(p, family);
   }
 
-  // Fork support: the drop-in registers these with pthread_atfork. prepare_fork takes every lock
+  // Fork support: the drop-in registers these as fork handlers. prepare_fork takes every lock
   // of the allocator, so the child starts with none held; after_fork_child also hands the heaps
   // of threads that do not exist in the child to the child's future threads.
   void prepare_fork() noexcept;
@@ -276,8 +256,29 @@ class general_allocator final : public allocator {
 
   options options_;
   impl* impl_ = nullptr;  // lives in memory from the os layer, never from malloc
-  bool global_ = false;   // global(): thread heaps in a thread_local, not a pthread key
+  bool global_ = false;   // global(): thread heaps in a thread_local, not a thread key
   bool fast_ = false;     // global_ && !options_.debug: allocate()'s fast path applies (one test)
+};
+
+// A snapshot of a general_allocator's counters (general_allocator::statistics()). Allocations are
+// counted on the fast path; frees are derived (allocations minus the live blocks found in the
+// pages), so a block freed by another thread counts as freed once its owner collects it (at its
+// next page refill). The figures are exact when threads are quiet.
+struct general_allocator_statistics {
+  std::size_t live_bytes = 0;        // bytes in blocks handed out and not freed (block sizes)
+  std::size_t peak_live_bytes = 0;   // highest bytes in use, counted at page granularity (pages
+                                     // holding blocks plus large blocks): an upper bound
+  std::size_t resident_bytes = 0;    // memory held and not returned to the OS (upper bound)
+  std::size_t mapped_bytes = 0;      // address space reserved from the OS
+  std::size_t retained_bytes = 0;    // empty memory not yet returned to the OS
+  std::uint64_t allocations = 0;     // all allocations so far
+  std::uint64_t frees = 0;           // all frees so far
+  std::uint64_t large_allocations = 0;  // allocations that got their own mapping
+  std::uint64_t large_frees = 0;        // frees of those
+  std::size_t large_live_bytes = 0;     // bytes in live large allocations
+  std::size_t heaps = 0;             // thread heaps created (live and abandoned)
+  std::size_t size_class_count = 0;  // entries of size_classes in use
+  general_allocator::size_class_statistics size_classes[general_allocator::max_size_classes];
 };
 
 }  // namespace memkit

@@ -4,9 +4,6 @@
 //
 // Report format: one line naming the problem, then the relevant stack traces, each introduced by
 // an indented title, then abort() unless options::abort_on_error is false.
-#include <ucontext.h>
-#include <unistd.h>
-
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -23,12 +20,7 @@ using namespace gpa;
 namespace {
 
 void write_text(int fd, const char* text, std::size_t length) noexcept {
-  while (length != 0) {
-    const ssize_t written = ::write(fd, text, length);
-    if (written <= 0) return;
-    text += written;
-    length -= static_cast<std::size_t>(written);
-  }
+  (void)os::output(fd, text, length);
 }
 
 void write_format(int fd, const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
@@ -437,8 +429,9 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
     // Retire the address. The owner gives the page's memory back once every block is retired.
     if (s->thread_id.load(std::memory_order_relaxed) == current_thread_id() && --pg->used == 0 &&
         pg->capacity == pg->reserved) {
-      (void)os::discard(pg->start - (reinterpret_cast<std::uintptr_t>(pg->start) & 4095u),
-                        detail::align_down(page_area_bytes(pg), std::size_t{4096}));
+      const std::size_t os_page = os::page_size();
+      (void)os::discard(pg->start - (reinterpret_cast<std::uintptr_t>(pg->start) & (os_page - 1)),
+                        detail::align_down(page_area_bytes(pg), os_page));
     }
     return;
   }
@@ -689,14 +682,10 @@ std::size_t general_allocator::report_leaks(int fd) const noexcept {
   if (im == nullptr) return 0;
   im->check_quarantine();
   if (!options_.debug) return report_live_pages(im, fd);
-  ucontext_t registers;
-  std::memset(&registers, 0, sizeof registers);  // what getcontext leaves out must not be stale data
-  ::getcontext(&registers);
-#if defined(__x86_64__)
-  // getcontext also saves the argument registers, which hold whatever the last calls left there;
-  // only the callee-saved ones can carry the caller's pointers across this call.
-  for (const int scratch : {REG_RDI, REG_RSI, REG_RDX, REG_RCX, REG_R8, REG_R9}) registers.uc_mcontext.gregs[scratch] = 0;
-#endif
+  // Only the callee-saved registers can carry the caller's pointers across this call; the
+  // snapshot leaves out the argument registers, which hold whatever the last calls left there.
+  os::register_snapshot registers;
+  MEMKIT_OS_CAPTURE_REGISTERS(registers);
   const std::size_t lost = im->report_lost_blocks(fd, &registers, sizeof registers,
                                                   reinterpret_cast<std::uintptr_t>(&registers), summary);
   __asm__ volatile("" : : "r"(&registers) : "memory");  // keeps the frame (no tail call)

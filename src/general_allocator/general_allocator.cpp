@@ -26,7 +26,7 @@ void on_thread_exit(void* value) {
 void init_impl(general_allocator::impl* im, general_allocator* self, bool global) noexcept {
   im->self = self;
   im->is_global = global;
-  im->key_created = pthread_key_create(&im->key, &on_thread_exit) == 0;
+  (void)os::thread_key_create(im->key, &on_thread_exit);
 }
 
 std::size_t impl_bytes() noexcept { return detail::align_up(sizeof(general_allocator::impl), os::page_size()); }
@@ -66,7 +66,7 @@ void thread_exit_hook(void* value) { on_thread_exit(value); }
 general_allocator::~general_allocator() {
   if (impl_ == nullptr) return;
   impl_->release_everything();
-  if (impl_->key_created) (void)pthread_key_delete(impl_->key);
+  os::thread_key_delete(impl_->key);
   impl_->~impl();
   (void)os::release(impl_, impl_bytes());
 }
@@ -330,7 +330,7 @@ void general_allocator::purge() noexcept {
   impl* im = impl_;
   if (im == nullptr) return;
   im->flush_quarantine();
-  heap* h = im->is_global ? global_heap : static_cast<heap*>(pthread_getspecific(im->key));
+  heap* h = im->is_global ? global_heap : static_cast<heap*>(os::thread_key_get(im->key));
   const std::uint64_t now = now_ms();
   if (h != nullptr) {
     im->collect_heap(h, true);
@@ -404,7 +404,7 @@ void general_allocator::after_fork_child() noexcept {
   // The parent's other threads do not exist here. Their heaps may have been mid-update when the
   // fork happened, so they are never adopted; marking them ownerless makes every free into them
   // take the atomic cross-thread path, which is safe.
-  heap* mine = im->is_global ? global_heap : static_cast<heap*>(pthread_getspecific(im->key));
+  heap* mine = im->is_global ? global_heap : static_cast<heap*>(os::thread_key_get(im->key));
   for (heap* h = im->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     if (h == mine) continue;
     h->thread_id.store(0, std::memory_order_relaxed);

@@ -15,11 +15,11 @@ constinit page empty_page;
 }  // namespace gpa
 
 heap* general_allocator::impl::attach_heap() noexcept {
-  if (!is_global && !key_created) return nullptr;  // no per-thread slot: nothing can be cached
+  if (!is_global && !key.created) return nullptr;  // no per-thread slot: nothing can be cached
   heap* h = nullptr;
   {
     lock_guard guard(lock);
-    if (!key_created) key_created = pthread_key_create(&key, &thread_exit_hook) == 0;
+    if (!key.created) (void)os::thread_key_create(key, &thread_exit_hook);
     if (abandoned != nullptr) {
       h = abandoned;
       abandoned = h->next_abandoned;
@@ -49,8 +49,8 @@ heap* general_allocator::impl::attach_heap() noexcept {
   }
   if (is_global) global_heap = h;
   // The key's destructor abandons the heap at thread exit. glibc's first 32 keys need no memory;
-  // beyond them pthread_setspecific may allocate, which finds global_heap already set.
-  if (key_created) (void)pthread_setspecific(key, h);
+  // beyond them setting the value may allocate, which finds global_heap already set.
+  if (key.created) (void)os::thread_key_set(key, h);
   // Pages that filled up and were freed into meanwhile. (Not a walk over every page: a thread
   // that starts, adopts a large heap and exits must not cost O(pages).)
   drain_notified(h);

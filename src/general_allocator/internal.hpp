@@ -17,10 +17,8 @@
 // after that also pushes the page onto its heap's notified stack, so the owner finds it in O(1).
 #pragma once
 
-#include <pthread.h>
-#include <sched.h>
-
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +26,7 @@
 
 #include "memkit/detail/config.hpp"
 #include "memkit/general_allocator.hpp"
+#include "../os/platform.hpp"
 
 namespace memkit::gpa {
 
@@ -80,7 +79,7 @@ extern const class_table small_class_table;
 inline std::size_t class_of(std::size_t size) noexcept {
   if (size <= small_table_max) return small_class_table[(size + 15) >> 4];
   const std::size_t w = size - 1;
-  const unsigned b = 63u - static_cast<unsigned>(__builtin_clzll(w));
+  const unsigned b = static_cast<unsigned>(std::bit_width(w)) - 1u;
   return 9 + (b - 7) * 4 + ((w >> (b - 2)) & 3);
 }
 
@@ -98,7 +97,7 @@ class spin_lock {
  public:
   void lock() noexcept {
     while (locked_.exchange(true, std::memory_order_acquire)) {
-      while (locked_.load(std::memory_order_relaxed)) sched_yield();
+      while (locked_.load(std::memory_order_relaxed)) os::yield_thread();
     }
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
@@ -170,48 +169,8 @@ struct debug_record {
 inline constexpr std::uint8_t family_mask = 3;  // of debug_record::flags and segment::huge_flags
 enum record_state : std::uint8_t { never_used = 0, live = 1, freed = 2 };
 
-// Adds `n` to a counter only the calling thread writes, which other threads may read (relaxed).
-// On x86-64 one plain (not locked) add to memory: no other thread writes the counter, and an
-// aligned store is atomic, so a concurrent reader sees the old or the new value, exactly as with
-// a relaxed load and store, which compilers do not fuse into one instruction. Elsewhere, and under
-// ThreadSanitizer (which cannot see into asm), the relaxed load and store.
-#if defined(__SANITIZE_THREAD__)
-#define MEMKIT_GPA_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MEMKIT_GPA_TSAN 1
-#endif
-#endif
-#if defined(__x86_64__) && !defined(MEMKIT_GPA_TSAN)
-#define MEMKIT_OWNER_ADD_ASM 1
-#endif
-template <class T>
-inline void owner_add(std::atomic<T>& counter, T n) noexcept {
-  static_assert(sizeof(std::atomic<T>) == sizeof(T) && std::atomic<T>::is_always_lock_free);
-#ifdef MEMKIT_OWNER_ADD_ASM
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8);
-  if constexpr (sizeof(T) == 8) {
-    __asm__("addq %1, %0" : "+m"(*reinterpret_cast<T*>(&counter)) : "er"(n));
-  } else {
-    __asm__("addl %1, %0" : "+m"(*reinterpret_cast<T*>(&counter)) : "er"(n));
-  }
-#else
-  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-#endif
-}
-
-// Subtracts one from such a counter; true when it reached zero (the flags of the same instruction).
-inline bool owner_decrement_is_zero(std::atomic<std::uint32_t>& counter) noexcept {
-#ifdef MEMKIT_OWNER_ADD_ASM
-  bool zero;
-  __asm__("subl $1, %0" : "+m"(*reinterpret_cast<std::uint32_t*>(&counter)), "=@ccz"(zero));
-  return zero;
-#else
-  const std::uint32_t v = counter.load(std::memory_order_relaxed) - 1;
-  counter.store(v, std::memory_order_relaxed);
-  return v == 0;
-#endif
-}
+using os::owner_add;
+using os::owner_decrement_is_zero;
 
 // A count only the owning thread changes: plain loads and stores (no locked instruction), but
 // atomic so that statistics() may read it from another thread.
@@ -389,8 +348,7 @@ struct general_allocator::impl {
 
   general_allocator* self = nullptr;
   bool is_global = false;
-  pthread_key_t key{};
-  bool key_created = false;
+  os::thread_key key{};                          // thread heaps of a private instance
 
   gpa::spin_lock lock;                            // guards everything below
   std::atomic<gpa::heap*> heaps{nullptr};         // registry, never shrinks
@@ -483,7 +441,7 @@ struct general_allocator::impl {
   void release_everything() noexcept;
 };
 
-// Abandons the heap of an exiting thread (the pthread key destructor of every instance).
+// Abandons the heap of an exiting thread (the thread-exit callback of every instance's key).
 void thread_exit_hook(void* value);
 
 }  // namespace memkit
@@ -534,7 +492,7 @@ inline heap* current_heap(general_allocator::impl* im) noexcept {
   if (MEMKIT_LIKELY(im->is_global)) {
     h = global_heap;
   } else {
-    h = static_cast<heap*>(pthread_getspecific(im->key));
+    h = static_cast<heap*>(os::thread_key_get(im->key));
   }
   if (MEMKIT_LIKELY(h != nullptr)) return h;
   return im->attach_heap();

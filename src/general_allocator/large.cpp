@@ -22,7 +22,6 @@
 //
 // Resident pages of a block are tracked as a prefix: pages[0].touched_bytes from the header on.
 // Memory beyond it has never been written since the OS mapped it, so it reads as zero.
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -730,7 +729,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
       const std::size_t begin = k == 0 ? 0 : splits.at[k - 1];
       if (!os::move_pages(to + begin, splits.at[k] - begin, from + begin)) {
         static const char message[] = "memkit: a large block could not be moved back after a failed move\n";
-        (void)!::write(2, message, sizeof message - 1);
+        (void)os::output(os::error_stream, message, sizeof message - 1);
         std::abort();
       }
     }

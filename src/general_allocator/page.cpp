@@ -13,8 +13,9 @@ namespace gpa {
 void extend_page(general_allocator::impl* im, page* pg) noexcept {
   const std::size_t bs = pg->block_size;
   std::size_t n = pg->reserved - pg->capacity;
-  // Carve about 4 KiB at a time so a page's memory is touched only as it is needed.
-  const std::size_t step = bs >= 4096 ? 1 : 4096 / bs;
+  // Carve about one OS page at a time so a page's memory is touched only as it is needed.
+  const std::size_t os_page = os::page_size();
+  const std::size_t step = bs >= os_page ? 1 : os_page / bs;
   if (n > step) n = step;
   char* first = pg->start + static_cast<std::size_t>(pg->capacity) * bs;
   char* p = first;
@@ -23,7 +24,7 @@ void extend_page(general_allocator::impl* im, page* pg) noexcept {
   pg->free = reinterpret_cast<block*>(first);
   pg->capacity += static_cast<std::uint32_t>(n);
   const std::size_t touched =
-      detail::align_up(static_cast<std::size_t>(pg->capacity) * bs, std::size_t{4096});
+      detail::align_up(static_cast<std::size_t>(pg->capacity) * bs, os_page);
   if (touched > pg->touched_bytes) {
     im->resident_bytes.fetch_add(touched - pg->touched_bytes, std::memory_order_relaxed);
     pg->touched_bytes = touched;

@@ -1,22 +1,16 @@
 // The debug-mode report writer (report.hpp).
 #include "report.hpp"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 
 #include "memkit/detail/stack_trace.hpp"
+#include "../os/platform.hpp"
 
 namespace memkit::gpa {
 
 void report_writer::text(const char* s, std::size_t n) noexcept {
-  while (n != 0) {
-    const ssize_t written = ::write(fd_, s, n);
-    if (written <= 0) return;
-    s += written;
-    n -= static_cast<std::size_t>(written);
-  }
+  (void)os::output(fd_, s, n);
 }
 
 void report_writer::text(const char* s) noexcept { text(s, std::strlen(s)); }

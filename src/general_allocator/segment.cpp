@@ -1,7 +1,5 @@
 // Segments: 4 MiB-aligned reservations cut into pages, the process-wide segment map, the cache of
 // empty segments, and purging (returning the memory of empty pages to the OS).
-#include <time.h>
-
 #include <new>
 
 #include "internal.hpp"
@@ -23,17 +21,9 @@ void segment_map_set(const segment* s, bool present) noexcept {
   else word.fetch_and(~bit, std::memory_order_relaxed);
 }
 
-std::uint64_t now_ms() noexcept {
-  timespec ts{};
-#if defined(CLOCK_MONOTONIC_COARSE)
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-#else
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-#endif
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000u + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000u;
-}
+std::uint64_t now_ms() noexcept { return os::monotonic_ms(); }
 
-std::size_t segment_header_touched() noexcept { return detail::align_up(sizeof(segment), std::size_t{4096}); }
+std::size_t segment_header_touched() noexcept { return detail::align_up(sizeof(segment), os::page_size()); }
 
 namespace {
 
@@ -51,7 +41,7 @@ void purge_list_remove(heap* h, page* pg) noexcept {
 unsigned first_run(std::uint64_t mask, unsigned n) noexcept {
   std::uint64_t run = mask;
   for (unsigned i = 1; i < n && run != 0; ++i) run &= mask >> i;
-  return run != 0 ? static_cast<unsigned>(__builtin_ctzll(run)) : 64u;
+  return run != 0 ? static_cast<unsigned>(std::countr_zero(run)) : 64u;
 }
 
 // The bits of slices [first, first + n).
@@ -61,7 +51,7 @@ std::uint64_t run_bits(unsigned first, unsigned n) noexcept {
 
 // Bytes of the slices in `bits`.
 std::size_t slice_bytes(std::uint64_t bits) noexcept {
-  return static_cast<std::size_t>(__builtin_popcountll(bits)) << slice_shift;
+  return static_cast<std::size_t>(std::popcount(bits)) << slice_shift;
 }
 
 void free_list_remove(heap* h, segment* s) noexcept {
@@ -304,7 +294,7 @@ page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug
       s = acquire_segment(h, kind);
       if (s == nullptr) return nullptr;
     }
-    index = static_cast<unsigned>(__builtin_ctzll(s->free_mask));
+    index = static_cast<unsigned>(std::countr_zero(s->free_mask));
   }
   page* pg = &s->pages[index];
   if (pg->on_purge_list) {
@@ -340,8 +330,8 @@ void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everyt
         // A span segment's node (its header slice's descriptor): its free slices that are resident.
         const std::uint64_t idle = s->free_mask & s->resident_mask;
         for (std::uint64_t rest = idle; rest != 0;) {
-          const unsigned first = static_cast<unsigned>(__builtin_ctzll(rest));
-          const unsigned n = static_cast<unsigned>(__builtin_ctzll(~(rest >> first)));
+          const unsigned first = static_cast<unsigned>(std::countr_zero(rest));
+          const unsigned n = static_cast<unsigned>(std::countr_zero(~(rest >> first)));
           (void)os::discard(reinterpret_cast<char*>(s) + (std::size_t{first} << slice_shift),
                             std::size_t{n} << slice_shift);
           rest &= ~run_bits(first, n);
@@ -349,7 +339,7 @@ void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everyt
         s->resident_mask &= ~idle;
       } else {
         // Only what was touched (pages start 4 KiB-aligned: they begin at 64 KiB boundaries).
-        (void)os::discard(pg->start, detail::align_up(pg->touched_bytes, std::size_t{4096}));
+        (void)os::discard(pg->start, detail::align_up(pg->touched_bytes, os::page_size()));
       }
       h->retained_bytes -= pg->touched_bytes;
       retained_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);

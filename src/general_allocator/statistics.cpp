@@ -1,8 +1,6 @@
 // Statistics: per-heap and per-page counters summed on demand (the fast paths only bump counters
 // of their own heap's pages, with no locked instruction), and their text form, written without
 // malloc.
-#include <unistd.h>
-
 #include <cstdio>
 
 #include "internal.hpp"
@@ -10,8 +8,8 @@
 namespace memkit {
 using namespace gpa;
 
-struct general_allocator::statistics general_allocator::statistics() const noexcept {
-  struct statistics s;
+general_allocator_statistics general_allocator::statistics() const noexcept {
+  general_allocator_statistics s;
   impl* im = impl_;
   s.size_class_count = class_count;
   for (std::size_t c = 0; c < class_count; ++c) s.size_classes[c].block_size = class_block_size(c);
@@ -60,19 +58,13 @@ namespace {
 
 void write_line(int fd, const char* line, int length) noexcept {
   if (length <= 0) return;
-  std::size_t left = static_cast<std::size_t>(length);
-  while (left != 0) {
-    const ssize_t written = ::write(fd, line, left);
-    if (written <= 0) return;
-    line += written;
-    left -= static_cast<std::size_t>(written);
-  }
+  (void)os::output(fd, line, static_cast<std::size_t>(length));
 }
 
 }  // namespace
 
 void general_allocator::print_statistics(int fd) const noexcept {
-  const struct statistics s = statistics();
+  const general_allocator_statistics s = statistics();
   char line[256];
   auto ull = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   write_line(fd, line, std::snprintf(line, sizeof line, "memkit general_allocator statistics\n"));

@@ -9,7 +9,6 @@
 // preserves errno. Every failure is null with errno = ENOMEM (or EINVAL where glibc says so) and
 // leaves the caller's block untouched.
 #include <malloc.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <climits>
@@ -19,6 +18,7 @@
 #include <new>
 
 #include "memkit/os.hpp"
+#include "../os/platform.hpp"
 #include "runtime.hpp"
 
 #define MEMKIT_MALLOC_EXPORT extern "C" __attribute__((visibility("default")))
@@ -94,14 +94,14 @@ inline void* reallocate(void* p, std::size_t size) noexcept {
 
 inline void* allocate_zeroed(std::size_t count, std::size_t size) noexcept {
   std::size_t bytes = 0;
-  if (MEMKIT_UNLIKELY(__builtin_mul_overflow(count, size, &bytes))) return fail(ENOMEM);
+  if (MEMKIT_UNLIKELY(memkit::os::multiply_overflows(count, size, bytes))) return fail(ENOMEM);
   if (MEMKIT_UNLIKELY(bytes > largest_request)) return fail(ENOMEM);
   return heap().allocate_zeroed(bytes, malloc_alignment);  // skips the memset on fresh pages
 }
 
 inline void* reallocate_array(void* p, std::size_t count, std::size_t size) noexcept {
   std::size_t bytes = 0;
-  if (MEMKIT_UNLIKELY(__builtin_mul_overflow(count, size, &bytes))) return fail(ENOMEM);
+  if (MEMKIT_UNLIKELY(memkit::os::multiply_overflows(count, size, bytes))) return fail(ENOMEM);
   return reallocate(p, bytes);
 }
 
@@ -136,7 +136,7 @@ inline void* allocate_page_aligned(std::size_t size) noexcept {
 inline void* allocate_whole_pages(std::size_t size) noexcept {
   const std::size_t page = memkit::os::page_size();
   std::size_t rounded = 0;
-  if (MEMKIT_UNLIKELY(__builtin_add_overflow(size, page - 1, &rounded))) return fail(ENOMEM);
+  if (MEMKIT_UNLIKELY(memkit::os::add_overflows(size, page - 1, rounded))) return fail(ENOMEM);
   return allocate_aligned(page, rounded & ~(page - 1));
 }
 

@@ -3,13 +3,7 @@
 
 #include "memkit/detail/stack_trace.hpp"
 #include "memkit/os.hpp"
-
-#include <fcntl.h>
-#include <pthread.h>
-#include <sched.h>
-#include <strings.h>
-#include <sys/auxv.h>
-#include <unistd.h>
+#include "../os/platform.hpp"
 
 #include <cerrno>
 #include <cstdint>
@@ -41,7 +35,7 @@ struct settings {
   bool debug = false;       // MEMKIT_DEBUG
   bool statistics = false;  // MEMKIT_STATS
   bool leaks = true;        // MEMKIT_LEAKS (reports leaks at exit in debug mode unless 0)
-  int report_fd = STDERR_FILENO;  // MEMKIT_REPORT_FILE, else a private copy of stderr
+  int report_fd = os::error_stream;  // MEMKIT_REPORT_FILE, else a private copy of stderr
 };
 // MEMKIT_REPORT_FILE names a file for every report instead of stderr; MEMKIT_LEAKS=all also lists
 // the blocks still reachable. The other variables go straight into general_allocator::options:
@@ -52,16 +46,26 @@ settings chosen;
 
 // Reads one MEMKIT_* variable, or nothing in a privileged process (see environment_value).
 const char* variable(const char* name) noexcept {
-  return environment_value(name, ::getauxval(AT_SECURE) != 0);
+  return environment_value(name, os::process_is_privileged());
 }
 
-// getenv allocates nothing, so it is safe here even before libc finished starting up.
+// True when `value` is `word` in any case (ASCII; no locale, no allocation).
+bool equals_ignoring_case(const char* value, const char* word) noexcept {
+  for (; *value != '\0' && *word != '\0'; ++value, ++word) {
+    const char a = *value >= 'A' && *value <= 'Z' ? static_cast<char>(*value - 'A' + 'a') : *value;
+    if (a != *word) return false;
+  }
+  return *value == *word;
+}
+
+// Reading the environment allocates nothing, so it is safe here even before libc finished
+// starting up.
 // "1", "on", "yes", "true" (any case) switch a flag on; "0", "off", "no", "false" off; anything
 // else, or unset, keeps `fallback`.
 bool flag(const char* name, bool fallback) noexcept {
   const char* value = variable(name);
   if (value == nullptr || *value == '\0') return fallback;
-  auto is = [value](const char* word) { return ::strcasecmp(value, word) == 0; };
+  auto is = [value](const char* word) { return equals_ignoring_case(value, word); };
   if (is("1") || is("on") || is("yes") || is("true")) return true;
   if (is("0") || is("off") || is("no") || is("false")) return false;
   return fallback;
@@ -79,15 +83,14 @@ std::size_t number(const char* name, std::size_t fallback) noexcept {
 // Where reports go. Many programs close stderr before they exit (GNU tools do, in an atexit
 // handler), which would silence the exit-time reports; so they go to a private, close-on-exec copy
 // of stderr taken now, or to MEMKIT_REPORT_FILE (appended to) when that is set. Neither open nor
-// fcntl allocates.
+// duplicating allocates.
 int open_report_destination() noexcept {
   if (const char* path = variable("MEMKIT_REPORT_FILE"); path != nullptr && *path != '\0') {
-    const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) return fd;
+    if (auto fd = os::open_for_append(path)) return fd.value();
   }
-  int fd = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 500);  // high, out of the program's way
-  if (fd < 0) fd = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
-  return fd < 0 ? STDERR_FILENO : fd;
+  if (auto fd = os::duplicate_error_stream(500)) return fd.value();  // high, out of the program's way
+  if (auto fd = os::duplicate_error_stream(3)) return fd.value();
+  return os::error_stream;
 }
 
 // MEMKIT_SUPPRESSIONS: the file is read once, at start-up, into memory from the os layer (kept
@@ -95,20 +98,16 @@ int open_report_destination() noexcept {
 const char* read_suppressions() noexcept {
   const char* path = variable("MEMKIT_SUPPRESSIONS");
   if (path == nullptr || *path == '\0') return nullptr;
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return nullptr;
   constexpr std::size_t most = std::size_t{1} << 20;
-  char* text = nullptr;
-  if (auto mapped = os::map(most + os::page_size())) text = static_cast<char*>(mapped.value());  // + room for the NUL
-  std::size_t length = 0;
-  while (text != nullptr && length < most) {
-    const ssize_t n = ::read(fd, text + length, most - length);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    length += static_cast<std::size_t>(n);
+  auto mapped = os::map(most + os::page_size());  // + room for the NUL
+  if (!mapped) return nullptr;
+  char* text = static_cast<char*>(mapped.value());
+  auto length = os::read_file(path, text, most);
+  if (!length) {
+    (void)os::release(text, most + os::page_size());
+    return nullptr;
   }
-  ::close(fd);
-  if (text != nullptr) text[length] = '\0';
+  text[length.value()] = '\0';
   return text;
 }
 
@@ -116,14 +115,14 @@ void configure_from_environment() noexcept {
   chosen.debug = flag("MEMKIT_DEBUG", false);
   chosen.statistics = flag("MEMKIT_STATS", false);
   const char* leaks = variable("MEMKIT_LEAKS");
-  const bool all_leaks = leaks != nullptr && ::strcasecmp(leaks, "all") == 0;
+  const bool all_leaks = leaks != nullptr && equals_ignoring_case(leaks, "all");
   chosen.leaks = all_leaks || flag("MEMKIT_LEAKS", true);
   if (chosen.debug || chosen.statistics) chosen.report_fd = open_report_destination();
   general_allocator::options options;
   options.debug = chosen.debug;
   options.report_fd = chosen.report_fd;
   options.report_reachable = all_leaks;
-  if (const char* format = variable("MEMKIT_REPORT_FORMAT"); format != nullptr && ::strcasecmp(format, "json") == 0) {
+  if (const char* format = variable("MEMKIT_REPORT_FORMAT"); format != nullptr && equals_ignoring_case(format, "json")) {
     options.format = general_allocator::report_format::json;
   }
   if (chosen.debug && chosen.leaks) options.suppressions = read_suppressions();
@@ -170,7 +169,7 @@ __attribute__((destructor)) void report_at_exit() noexcept {
 
 const char* environment_value(const char* name, bool privileged) noexcept {
   if (privileged) return nullptr;  // setuid/setgid: the environment belongs to another user
-  return std::getenv(name);
+  return os::environment_variable(name);
 }
 
 general_allocator& start() noexcept {
@@ -181,13 +180,13 @@ general_allocator& start() noexcept {
     configure_from_environment();
     started.store(&allocator, std::memory_order_release);
     phase.store(2, std::memory_order_release);
-    // pthread_atfork may allocate; by now that allocation is served normally.
-    ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+    // Registering fork handlers may allocate; by now that allocation is served normally.
+    (void)os::at_fork(before_fork, after_fork_in_parent, after_fork_in_child);
     starting_on_this_thread = false;
     return allocator;
   }
   if (starting_on_this_thread) return allocator;
-  while (phase.load(std::memory_order_acquire) != 2) ::sched_yield();
+  while (phase.load(std::memory_order_acquire) != 2) os::yield_thread();
   return allocator;
 }
 

@@ -329,3 +329,127 @@ const char* error_message(int error) noexcept {
 }
 
 }  // namespace memkit::os
+
+// ---- platform services of the allocators (src/os/platform.hpp) ---------------------------------
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+#include <cstdlib>
+
+#include "platform.hpp"
+
+namespace memkit::os {
+
+static_assert(sizeof(pthread_key_t) <= sizeof(std::uintptr_t), "a pthread key must fit a thread_key handle");
+
+status thread_key_create(thread_key& key, thread_exit_callback on_exit) noexcept {
+  pthread_key_t k{};
+  if (const int error = ::pthread_key_create(&k, on_exit); error != 0) return status::failure(error);
+  key.handle = static_cast<std::uintptr_t>(k);
+  key.created = true;
+  return {};
+}
+
+void thread_key_delete(thread_key& key) noexcept {
+  if (!key.created) return;
+  (void)::pthread_key_delete(static_cast<pthread_key_t>(key.handle));
+  key.created = false;
+}
+
+void* thread_key_get(const thread_key& key) noexcept {
+  return ::pthread_getspecific(static_cast<pthread_key_t>(key.handle));
+}
+
+status thread_key_set(const thread_key& key, void* value) noexcept {
+  if (const int error = ::pthread_setspecific(static_cast<pthread_key_t>(key.handle), value); error != 0) {
+    return status::failure(error);
+  }
+  return {};
+}
+
+void yield_thread() noexcept { (void)::sched_yield(); }
+
+status at_fork(void (*prepare)(), void (*parent)(), void (*child)()) noexcept {
+  if (const int error = ::pthread_atfork(prepare, parent, child); error != 0) return status::failure(error);
+  return {};
+}
+
+std::uint64_t monotonic_ms() noexcept {
+  timespec ts{};
+#if defined(CLOCK_MONOTONIC_COARSE)
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+#else
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000u + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000u;
+}
+
+status output(int fd, const char* text, std::size_t length) noexcept {
+  while (length != 0) {
+    const ssize_t written = ::write(fd, text, length);
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0) return status::failure(errno);
+    if (written == 0) return status::failure(EIO);
+    text += written;
+    length -= static_cast<std::size_t>(written);
+  }
+  return {};
+}
+
+result<int> open_for_append(const char* path) noexcept {
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return result<int>::failure(errno);
+  return fd;
+}
+
+result<int> duplicate_error_stream(int lowest) noexcept {
+  const int fd = ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, lowest);
+  if (fd < 0) return result<int>::failure(errno);
+  return fd;
+}
+
+result<std::size_t> read_file(const char* path, char* buffer, std::size_t capacity) noexcept {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return result<std::size_t>::failure(errno);
+  std::size_t length = 0;
+  while (length < capacity) {
+    const ssize_t n = ::read(fd, buffer + length, capacity - length);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      return result<std::size_t>::failure(error);
+    }
+    if (n == 0) break;
+    length += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return length;
+}
+
+void close_descriptor(int fd) noexcept {
+  if (fd > STDERR_FILENO) (void)::close(fd);
+}
+
+bool process_is_privileged() noexcept {
+#if defined(__linux__)
+  return ::getauxval(AT_SECURE) != 0;
+#elif defined(__APPLE__) || defined(__FreeBSD__) || defined(__OpenBSD__) || defined(__NetBSD__)
+  return ::issetugid() != 0;
+#else
+  return ::getuid() != ::geteuid() || ::getgid() != ::getegid();
+#endif
+}
+
+const char* environment_variable(const char* name) noexcept {
+  if (process_is_privileged()) return nullptr;  // setuid/setgid: the environment is another user's
+  return std::getenv(name);                      // allocates nothing
+}
+
+}  // namespace memkit::os

@@ -272,3 +272,140 @@ const char* error_message(int error) noexcept {
 }
 
 }  // namespace memkit::os
+
+// ---- platform services of the allocators (src/os/platform.hpp) ---------------------------------
+
+#include <fcntl.h>
+#include <io.h>
+
+#include "platform.hpp"
+
+namespace memkit::os {
+
+// FlsAlloc's callbacks run at thread (fiber) exit with the slot's value, like a pthread key's
+// destructor. On x64 there is one calling convention, so the callback is passed as it is.
+static_assert(sizeof(void*) == 8, "thread_key_create passes the callback to FlsAlloc as it is (x64)");
+
+status thread_key_create(thread_key& key, thread_exit_callback on_exit) noexcept {
+  const DWORD index = ::FlsAlloc(reinterpret_cast<PFLS_CALLBACK_FUNCTION>(on_exit));
+  if (index == FLS_OUT_OF_INDEXES) return status::failure(static_cast<int>(::GetLastError()));
+  key.handle = index;
+  key.created = true;
+  return {};
+}
+
+void thread_key_delete(thread_key& key) noexcept {
+  if (!key.created) return;
+  (void)::FlsFree(static_cast<DWORD>(key.handle));
+  key.created = false;
+}
+
+void* thread_key_get(const thread_key& key) noexcept { return ::FlsGetValue(static_cast<DWORD>(key.handle)); }
+
+status thread_key_set(const thread_key& key, void* value) noexcept {
+  if (!::FlsSetValue(static_cast<DWORD>(key.handle), value)) return status::failure(static_cast<int>(::GetLastError()));
+  return {};
+}
+
+void yield_thread() noexcept { (void)::SwitchToThread(); }
+
+status at_fork(void (*)(), void (*)(), void (*)()) noexcept { return status::failure(ERROR_NOT_SUPPORTED); }
+
+// GetTickCount64: the coarse clock (10-16 ms resolution), a read of shared memory like Linux's
+// CLOCK_MONOTONIC_COARSE; QueryPerformanceCounter would be finer and slower than purging needs.
+std::uint64_t monotonic_ms() noexcept { return static_cast<std::uint64_t>(::GetTickCount64()); }
+
+namespace {
+
+HANDLE handle_of(int fd) noexcept {
+  if (fd == 1) return ::GetStdHandle(STD_OUTPUT_HANDLE);
+  if (fd == error_stream) return ::GetStdHandle(STD_ERROR_HANDLE);
+  return reinterpret_cast<HANDLE>(::_get_osfhandle(fd));
+}
+
+result<int> descriptor_of(HANDLE handle, int flags) noexcept {
+  const int fd = ::_open_osfhandle(reinterpret_cast<std::intptr_t>(handle), flags);
+  if (fd < 0) {
+    ::CloseHandle(handle);
+    return result<int>::failure(ERROR_TOO_MANY_OPEN_FILES);
+  }
+  return fd;
+}
+
+}  // namespace
+
+status output(int fd, const char* text, std::size_t length) noexcept {
+  const HANDLE handle = handle_of(fd);
+  if (handle == nullptr || handle == INVALID_HANDLE_VALUE) return status::failure(ERROR_INVALID_HANDLE);
+  while (length != 0) {
+    const DWORD chunk = length > 0x40000000u ? 0x40000000u : static_cast<DWORD>(length);
+    DWORD written = 0;
+    if (!::WriteFile(handle, text, chunk, &written, nullptr)) return status::failure(static_cast<int>(::GetLastError()));
+    if (written == 0) return status::failure(ERROR_WRITE_FAULT);
+    text += written;
+    length -= written;
+  }
+  return {};
+}
+
+result<int> open_for_append(const char* path) noexcept {
+  // Not inheritable (null security attributes): the handle's "close-on-exec".
+  const HANDLE handle = ::CreateFileA(path, FILE_APPEND_DATA, FILE_SHARE_READ | FILE_SHARE_WRITE, nullptr,
+                                      OPEN_ALWAYS, FILE_ATTRIBUTE_NORMAL, nullptr);
+  if (handle == INVALID_HANDLE_VALUE) return result<int>::failure(static_cast<int>(::GetLastError()));
+  return descriptor_of(handle, _O_APPEND);
+}
+
+result<int> duplicate_error_stream(int) noexcept {
+  HANDLE copy = nullptr;
+  const HANDLE process = ::GetCurrentProcess();
+  if (!::DuplicateHandle(process, ::GetStdHandle(STD_ERROR_HANDLE), process, &copy, 0, FALSE,
+                         DUPLICATE_SAME_ACCESS)) {
+    return result<int>::failure(static_cast<int>(::GetLastError()));
+  }
+  return descriptor_of(copy, _O_APPEND);
+}
+
+result<std::size_t> read_file(const char* path, char* buffer, std::size_t capacity) noexcept {
+  const HANDLE handle = ::CreateFileA(path, GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING,
+                                      FILE_ATTRIBUTE_NORMAL, nullptr);
+  if (handle == INVALID_HANDLE_VALUE) return result<std::size_t>::failure(static_cast<int>(::GetLastError()));
+  std::size_t length = 0;
+  while (length < capacity) {
+    const std::size_t left = capacity - length;
+    const DWORD chunk = left > 0x40000000u ? 0x40000000u : static_cast<DWORD>(left);
+    DWORD n = 0;
+    if (!::ReadFile(handle, buffer + length, chunk, &n, nullptr)) {
+      const int error = static_cast<int>(::GetLastError());
+      ::CloseHandle(handle);
+      return result<std::size_t>::failure(error);
+    }
+    if (n == 0) break;
+    length += n;
+  }
+  ::CloseHandle(handle);
+  return length;
+}
+
+void close_descriptor(int fd) noexcept {
+  if (fd > error_stream) (void)::_close(fd);
+}
+
+// Windows has no setuid: a process's environment is its own user's.
+bool process_is_privileged() noexcept { return false; }
+
+const char* environment_variable(const char* name) noexcept {
+  thread_local char value[4096];
+  const DWORD length = ::GetEnvironmentVariableA(name, value, static_cast<DWORD>(sizeof value));
+  if (length == 0 || length >= sizeof value) return nullptr;  // unset, or longer than any memkit value
+  return value;
+}
+
+void capture_registers_out_of_line(register_snapshot& snapshot) noexcept {
+  static_assert(sizeof(CONTEXT) <= sizeof(register_snapshot::bytes) && alignof(CONTEXT) <= 16,
+                "register_snapshot must hold a CONTEXT");
+  std::memset(&snapshot, 0, sizeof snapshot);
+  ::RtlCaptureContext(reinterpret_cast<CONTEXT*>(snapshot.bytes));
+}
+
+}  // namespace memkit::os
