@@ -1,17 +1,14 @@
+// The contract handler behind MEMKIT_ASSERT and MEMKIT_CHECK: a misuse report through the
+// diagnostics module (report.hpp), whose action for a violated contract is always to abort.
 #include "memkit/detail/config.hpp"
 
-#include <cstdio>
-#include <cstdlib>
+#include "report.hpp"
 
 namespace memkit::detail {
 
 void contract_violation(const char* condition, const char* message, const char* file,
                         int line) noexcept {
-  // fprintf to an unbuffered stream allocates nothing with glibc, so this is safe to call from
-  // inside an allocator.
-  std::fprintf(stderr, "memkit: contract violated: %s (%s) at %s:%d\n", message, condition, file,
-               line);
-  std::abort();
+  diagnostics::report_contract_violation(condition, message, file, line);
 }
 
 }  // namespace memkit::detail

@@ -8,24 +8,12 @@
 #include <cstdlib>
 
 #include "memkit/detail/stack_trace.hpp"
-#include "os/platform.hpp"
+#include "report.hpp"
 
 namespace memkit {
 namespace {
 
 constexpr std::size_t max_stack_depth = 32;
-
-// printf to a file descriptor through a stack buffer: no allocation, usable in error paths.
-[[gnu::format(printf, 2, 3)]] void print_to(int fd, const char* format, ...) noexcept {
-  char buffer[512];
-  va_list args;
-  va_start(args, format);
-  int length = std::vsnprintf(buffer, sizeof buffer, format, args);
-  va_end(args);
-  if (length <= 0) return;
-  std::size_t remaining = std::min(static_cast<std::size_t>(length), sizeof buffer - 1);
-  (void)os::output(fd, buffer, remaining);
-}
 
 std::string format_bytes(std::uint64_t bytes) {
   static const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
@@ -154,9 +142,9 @@ std::size_t tracking_allocator::print_leaks_locked(int fd) const {
   }
   std::sort(leaks.begin(), leaks.end(),
             [](const auto& a, const auto& b) { return a.second->sequence < b.second->sequence; });
-  print_to(fd, "memkit::%s: %zu block(s) leaked, %s\n", options_.name, leaks.size(), format_bytes(bytes).c_str());
+  diagnostics::print(fd, "memkit::%s: %zu block(s) leaked, %s\n", options_.name, leaks.size(), format_bytes(bytes).c_str());
   for (const auto& [p, r] : leaks) {
-    print_to(fd, "  allocation #%" PRIu64 ": %p, %zu bytes, alignment %zu\n", r->sequence, p, r->size,
+    diagnostics::print(fd, "  allocation #%" PRIu64 ": %p, %zu bytes, alignment %zu\n", r->sequence, p, r->size,
              r->alignment);
     if (r->frames) detail::print_stack_trace(fd, r->frames.get(), r->frame_count);
   }
@@ -211,16 +199,16 @@ void tracking_allocator::error(const char* message, const record* block) noexcep
   } catch (...) {  // keep the previous message rather than fail inside a deallocation
   }
   if (!options_.abort_on_error) return;
-  print_to(options_.report_fd, "memkit::%s: %s\n", options_.name, message);
+  diagnostics::print(options_.report_fd, "memkit::%s: %s\n", options_.name, message);
   if (block != nullptr && block->frames) {
-    print_to(options_.report_fd, "  the block was allocated at:\n");
+    diagnostics::print(options_.report_fd, "  the block was allocated at:\n");
     detail::print_stack_trace(options_.report_fd, block->frames.get(), block->frame_count);
   }
   void* frames[max_stack_depth];
   const std::size_t count = detail::capture_stack_trace(frames, max_stack_depth, 1);
-  print_to(options_.report_fd, "  the mismatched call is at:\n");
+  diagnostics::print(options_.report_fd, "  the mismatched call is at:\n");
   detail::print_stack_trace(options_.report_fd, frames, count);
-  std::abort();
+  diagnostics::finish_misuse_report(true);
 }
 
 tracking_allocator::record* tracking_allocator::find_checked(void* p, std::size_t size, std::size_t alignment,

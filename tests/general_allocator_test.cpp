@@ -1200,3 +1200,16 @@ TEST_F(general_allocator_test, works_with_std_containers) {
 }
 
 }  // namespace
+
+namespace {
+
+// Contract violations take the same misuse channel as the allocators' reports: one line on the
+// error stream in the documented format, then abort.
+TEST(misuse_channel, a_violated_contract_is_reported_with_its_condition_and_place_then_aborts) {
+  const int limit = 3;
+  EXPECT_DEATH(MEMKIT_CHECK(limit > 5, "the limit must exceed five"),
+               "^memkit: contract violated: the limit must exceed five \\(limit > 5\\) at .*"
+               "general_allocator_test\\.cpp:[0-9]+\n");
+}
+
+}  // namespace

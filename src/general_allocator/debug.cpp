@@ -19,20 +19,6 @@ using namespace gpa;
 
 namespace {
 
-void write_text(int fd, const char* text, std::size_t length) noexcept {
-  (void)os::output(fd, text, length);
-}
-
-void write_format(int fd, const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
-void write_format(int fd, const char* format, ...) noexcept {
-  char line[512];
-  va_list args;
-  va_start(args, format);
-  const int length = std::vsnprintf(line, sizeof line, format, args);
-  va_end(args);
-  if (length > 0) write_text(fd, line, static_cast<std::size_t>(length) < sizeof line ? static_cast<std::size_t>(length) : sizeof line - 1);
-}
-
 debug_record* record_at(const page* pg, std::size_t index) noexcept {
   return reinterpret_cast<debug_record*>(pg->records + index * pg->record_size);
 }
@@ -134,7 +120,7 @@ bool general_allocator::impl::check_freed_fill(page* pg, void* p, std::size_t fr
     out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
     out.stack("freed at", free_frames_of(pg, r), r->free_frames, captured);
     out.end();
-    if (o.abort_on_error) std::abort();
+    diagnostics::finish_misuse_report(o.abort_on_error);
     break;
   }
   return false;
@@ -214,7 +200,7 @@ void general_allocator::impl::report_foreign(const void* p, const char* what) no
   out.begin("foreign-free", p, 0, "%s: %p", what, p);
   out.stack("freed at", now.frames, now.count, o.capture_stack_traces);
   out.end();
-  if (o.abort_on_error) std::abort();
+  diagnostics::finish_misuse_report(o.abort_on_error);
 }
 
 // A pointer past the first 4 MiB of a large block masks to no segment header: looks it up among
@@ -250,7 +236,7 @@ bool general_allocator::impl::report_interior_of_large(const void* p) noexcept {
   out.stack("freed at", now.frames, now.count, captured);
   out.stack("block allocated at", frames, frame_count, captured);
   out.end();
-  if (o.abort_on_error) std::abort();
+  diagnostics::finish_misuse_report(o.abort_on_error);
   return true;
 }
 
@@ -281,7 +267,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
       out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, captured);
       out.stack("first freed at", s->huge_frames + max_stack_frames, s->huge_free_frames, captured);
       out.end();
-      if (o.abort_on_error) std::abort();
+      diagnostics::finish_misuse_report(o.abort_on_error);
       return;
     }
     if (c != reinterpret_cast<unsigned char*>(pg.start)) {
@@ -294,7 +280,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
       out.stack("freed at", now.frames, now.count, captured);
       out.stack("block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
       out.end();
-      if (o.abort_on_error) std::abort();
+      diagnostics::finish_misuse_report(o.abort_on_error);
       return;
     }
     if (pg.debug) {
@@ -310,7 +296,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
         out.stack("released at", now.frames, now.count, captured);
         out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, captured);
         out.end();
-        if (o.abort_on_error) std::abort();
+        diagnostics::finish_misuse_report(o.abort_on_error);
         return;
       }
       for (std::size_t i = 0; i < o.canary_bytes && s->huge_requested + i < s->huge_size; ++i) {
@@ -324,7 +310,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
           out.stack("freed at", now.frames, now.count, captured);
           out.stack("block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
           out.end();
-          if (o.abort_on_error) std::abort();
+          diagnostics::finish_misuse_report(o.abort_on_error);
           break;
         }
       }
@@ -372,7 +358,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
     out.stack("block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
     if (r->state == freed) out.stack("block freed at", free_frames_of(pg, r), r->free_frames, captured);
     out.end();
-    if (o.abort_on_error) std::abort();
+    diagnostics::finish_misuse_report(o.abort_on_error);
     return;
   }
   if (r->state != live) {
@@ -388,7 +374,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
       out.stack("freed at", now.frames, now.count, captured);
     }
     out.end();
-    if (o.abort_on_error) std::abort();
+    diagnostics::finish_misuse_report(o.abort_on_error);
     return;
   }
   if (const std::uint8_t had = r->flags & family_mask; wanted != 0 && had != 0 && had != wanted) {
@@ -401,7 +387,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
     out.stack("released at", now.frames, now.count, captured);
     out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
     out.end();
-    if (o.abort_on_error) std::abort();
+    diagnostics::finish_misuse_report(o.abort_on_error);
     return;
   }
   const std::size_t requested = r->requested;
@@ -417,7 +403,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
       out.stack("freed at", now.frames, now.count, captured);
       out.stack("block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
       out.end();
-      if (o.abort_on_error) std::abort();
+      diagnostics::finish_misuse_report(o.abort_on_error);
       break;
     }
   }
@@ -611,7 +597,7 @@ static void report_bad_operation(const general_allocator::impl* im, const char* 
     out.stack("called at", now.frames, now.count, captured);
   }
   out.end();
-  if (o.abort_on_error) std::abort();
+  diagnostics::finish_misuse_report(o.abort_on_error);
 }
 
 std::size_t general_allocator::impl::debug_checked_usable_size(const void* p) const noexcept {
@@ -649,7 +635,7 @@ static std::size_t report_live_pages(const general_allocator::impl* im, int fd) 
       for (unsigned i = 0; i < s->page_count; ++i) {
         page* pg = &s->pages[i];
         if (!pg->in_use || pg->used == 0) continue;
-        write_format(fd, "memkit: %u live blocks of %u bytes in the page at %p (no debug records)\n",
+        diagnostics::print(fd, "memkit: %u live blocks of %u bytes in the page at %p (no debug records)\n",
                      static_cast<unsigned>(pg->used), pg->block_size, static_cast<void*>(pg->start));
         count += pg->used;
         bytes += static_cast<std::size_t>(pg->used) * pg->block_size;
@@ -661,10 +647,10 @@ static std::size_t report_live_pages(const general_allocator::impl* im, int fd) 
   for (segment* s = im->huge_live; s != nullptr; s = s->next) {
     ++count;
     bytes += s->huge_size;
-    write_format(fd, "memkit: live large block of %zu bytes at %p\n", s->huge_size, static_cast<void*>(s->pages[0].start));
+    diagnostics::print(fd, "memkit: live large block of %zu bytes at %p\n", s->huge_size, static_cast<void*>(s->pages[0].start));
   }
   mutable_im->lock.unlock();
-  if (count != 0) write_format(fd, "memkit: %zu live blocks, %zu bytes in total\n", count, bytes);
+  if (count != 0) diagnostics::print(fd, "memkit: %zu live blocks, %zu bytes in total\n", count, bytes);
   return count;
 }
 

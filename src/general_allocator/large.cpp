@@ -30,6 +30,7 @@
 #include <new>
 
 #include "internal.hpp"
+#include "report.hpp"
 #include "memkit/os.hpp"
 
 namespace memkit {
@@ -729,7 +730,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
       const std::size_t begin = k == 0 ? 0 : splits.at[k - 1];
       if (!os::move_pages(to + begin, splits.at[k] - begin, from + begin)) {
         static const char message[] = "memkit: a large block could not be moved back after a failed move\n";
-        (void)os::output(os::error_stream, message, sizeof message - 1);
+        diagnostics::write(os::error_stream, message, sizeof message - 1);
         std::abort();
       }
     }

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "internal.hpp"
+#include "report.hpp"
 
 namespace memkit {
 using namespace gpa;
@@ -54,41 +55,26 @@ general_allocator_statistics general_allocator::statistics() const noexcept {
   return s;
 }
 
-namespace {
-
-void write_line(int fd, const char* line, int length) noexcept {
-  if (length <= 0) return;
-  (void)os::output(fd, line, static_cast<std::size_t>(length));
-}
-
-}  // namespace
 
 void general_allocator::print_statistics(int fd) const noexcept {
   const general_allocator_statistics s = statistics();
-  char line[256];
   auto ull = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
-  write_line(fd, line, std::snprintf(line, sizeof line, "memkit general_allocator statistics\n"));
-  write_line(fd, line,
-             std::snprintf(line, sizeof line,
-                           "  live      %zu bytes (peak in use %zu)\n  resident  %zu bytes (estimate), "
+  diagnostics::print(fd, "memkit general_allocator statistics\n");
+  diagnostics::print(fd, "  live      %zu bytes (peak in use %zu)\n  resident  %zu bytes (estimate), "
                            "mapped %zu, retained empty %zu\n",
                            s.live_bytes, s.peak_live_bytes, s.resident_bytes, s.mapped_bytes,
-                           s.retained_bytes));
-  write_line(fd, line,
-             std::snprintf(line, sizeof line,
-                           "  calls     %llu allocations, %llu frees; large: %llu allocations, %llu frees, "
+                           s.retained_bytes);
+  diagnostics::print(fd, "  calls     %llu allocations, %llu frees; large: %llu allocations, %llu frees, "
                            "%zu bytes live; %zu heaps\n",
                            ull(s.allocations), ull(s.frees), ull(s.large_allocations), ull(s.large_frees),
-                           s.large_live_bytes, s.heaps));
-  write_line(fd, line,
-             std::snprintf(line, sizeof line, "  %10s %14s %14s %12s %8s\n", "block", "allocations", "frees",
-                           "live", "pages"));
+                           s.large_live_bytes, s.heaps);
+  diagnostics::print(fd, "  %10s %14s %14s %12s %8s\n", "block", "allocations", "frees",
+                           "live", "pages");
   for (std::size_t c = 0; c < s.size_class_count; ++c) {
     const auto& k = s.size_classes[c];
     if (k.allocations == 0 && k.pages == 0) continue;
-    write_line(fd, line,
-               std::snprintf(line, sizeof line, "  %10zu %14llu %14llu %12llu %8zu\n", k.block_size,
-                             ull(k.allocations), ull(k.frees), ull(k.live_blocks), k.pages));
+    diagnostics::print(fd, "  %10zu %14llu %14llu %12llu %8zu\n", k.block_size,
+                             ull(k.allocations), ull(k.frees), ull(k.live_blocks), k.pages);
   }
 }
 

@@ -1,17 +1,39 @@
-// The debug-mode report writer (report.hpp).
+// The diagnostics module (report.hpp): plain text, misuse reports and the misuse channel.
 #include "report.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "memkit/detail/stack_trace.hpp"
-#include "../os/platform.hpp"
+#include "os/platform.hpp"
 
-namespace memkit::gpa {
+namespace memkit::diagnostics {
 
-void report_writer::text(const char* s, std::size_t n) noexcept {
-  (void)os::output(fd_, s, n);
+void write(int fd, const char* text, std::size_t length) noexcept { (void)os::output(fd, text, length); }
+
+void write(int fd, const char* text) noexcept { write(fd, text, std::strlen(text)); }
+
+void print(int fd, const char* format, ...) noexcept {
+  char line[1024];
+  va_list args;
+  va_start(args, format);
+  const int length = std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  if (length > 0) write(fd, line, static_cast<std::size_t>(length) < sizeof line ? static_cast<std::size_t>(length) : sizeof line - 1);
 }
+
+void finish_misuse_report(bool abort_process) noexcept {
+  if (abort_process) std::abort();
+}
+
+void report_contract_violation(const char* condition, const char* message, const char* file, int line) noexcept {
+  print(os::error_stream, "memkit: contract violated: %s (%s) at %s:%d\n", message, condition, file, line);
+  finish_misuse_report(true);
+  std::abort();  // finish_misuse_report(true) does not return
+}
+
+void report_writer::text(const char* s, std::size_t n) noexcept { write(fd_, s, n); }
 
 void report_writer::text(const char* s) noexcept { text(s, std::strlen(s)); }
 
@@ -131,4 +153,4 @@ void report_writer::note(const char* kind, const char* format, ...) noexcept {
   text("}\n");
 }
 
-}  // namespace memkit::gpa
+}  // namespace memkit::diagnostics
