@@ -138,16 +138,10 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     heap* h = current_heap(this);
     if (h == nullptr) return nullptr;
     const std::size_t cls = class_of(detail::align_up(need, a));
-    void* p;
-    page* pg = h->queues[1][cls].first;
-    if (pg != nullptr && pg->free != nullptr) {
-      p = pop_free_block(pg);
-    } else {
-      p = allocate_slow(h, cls, true);
-      if (p == nullptr) return nullptr;
-    }
+    void* p = allocate_in_class(this, h, cls, true);
+    if (p == nullptr) return nullptr;
     segment* s = segment_of(p);
-    pg = page_of(s, p);
+    page* pg = page_of(s, p);
     const std::size_t bs = pg->block_size;
     const std::size_t index = block_index(pg, static_cast<std::size_t>(static_cast<char*>(p) - pg->start));
     debug_record* r = record_at(pg, index);

@@ -85,21 +85,12 @@ void general_allocator::configure(const options& opts) noexcept {
 
 namespace {
 
-// Everything allocate() does not finish inline: private instances, first use of a thread, other
-// sizes and alignments, debug mode. Out of line so the fast path needs no stack frame.
+// Everything allocate() does not finish inline (private instances, first use of a thread, other
+// sizes and alignments, debug mode) takes the generic path. Out of line so the fast path needs no
+// stack frame.
 [[gnu::noinline]] void* allocate_fallback(general_allocator::impl* im, std::size_t size,
                                           std::size_t alignment) noexcept {
   if (im == nullptr) return allocation_failure();
-  if (size - 1 < small_table_max && alignment <= default_alignment && !im->self->current_options().debug &&
-      detail::is_power_of_two(alignment)) {
-    heap* h = current_heap(im);
-    if (h == nullptr) return allocation_failure();
-    const std::size_t cls = small_class_table[(size + 15) >> 4] -
-                            static_cast<std::size_t>((size <= 8) & (alignment <= 8));
-    page* pg = h->queues[0][cls].first;
-    if (pg != nullptr && pg->free != nullptr) return pop_free_block(pg);
-    return im->allocate_slow(h, cls, false);
-  }
   return im->allocate_generic(size, alignment, false);
 }
 
@@ -128,6 +119,10 @@ void* general_allocator::allocate_zeroed(std::size_t size, std::size_t alignment
   return impl_->allocate_generic(size, alignment, true);
 }
 
+// The generic path: every allocation that allocate()'s fast path does not finish, whatever the
+// size, alignment or mode. A size class's block comes from allocate_in_class, like the fast
+// path's; debug mode adds its records around the same step (debug_allocate); huge blocks get a
+// mapping of their own (large.cpp).
 void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept {
   if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return allocation_failure(EINVAL);
   if (size == 0) size = 1;
@@ -146,13 +141,7 @@ void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t al
       heap* h = current_heap(this);
       if (h == nullptr) return allocation_failure();
       const std::size_t cls = (need <= 8 && alignment <= 8) ? 0 : class_of(need);
-      void* p;
-      page* pg = h->queues[0][cls].first;
-      if (pg != nullptr && pg->free != nullptr) {
-        p = pop_free_block(pg);
-      } else {
-        p = allocate_slow(h, cls, false);
-      }
+      void* p = allocate_in_class(this, h, cls, false);
       if (p != nullptr && zeroed) std::memset(p, 0, size);
       return p;
     }
@@ -164,11 +153,9 @@ void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t al
 // ---- free -----------------------------------------------------------------------------------------
 
 void general_allocator::impl::free_block(segment* s, page* pg, void* p) noexcept {
-  auto* b = static_cast<block*>(p);
   if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id())) {
-    b->next = pg->free;
-    pg->free = b;
-    if (MEMKIT_UNLIKELY(pg->used.decrement_is_zero() || pg->in_full)) {
+    const bool was_full = pg->in_full;
+    if (MEMKIT_UNLIKELY(push_local_free(pg, p) || was_full)) {
       free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
     }
     return;
@@ -177,7 +164,7 @@ void general_allocator::impl::free_block(segment* s, page* pg, void* p) noexcept
     huge_free(s);
     return;
   }
-  free_remote(s, pg, b);
+  free_remote(s, pg, static_cast<block*>(p));
 }
 
 namespace {
@@ -192,9 +179,7 @@ namespace {
       im->debug_free(p);
       return;
     }
-    b->next = pg->free;  // a full page: it goes back to its queue
-    pg->free = b;
-    --pg->used;
+    (void)push_local_free(pg, p);  // a full page: it goes back to its queue
     im->free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
     return;
   }
@@ -226,12 +211,7 @@ void general_allocator::free(void* p) noexcept {
   // reaches zero may be released (free_local_slow).
   if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id() &&
                     local_free_is_plain(pg))) {
-    auto* b = static_cast<block*>(p);
-    b->next = pg->free;
-    pg->free = b;
-    if (MEMKIT_UNLIKELY(pg->used.decrement_is_zero())) {
-      impl_->free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
-    }
+    if (MEMKIT_UNLIKELY(push_local_free(pg, p))) impl_->free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
     return;
   }
   free_other(impl_, s, pg, p);

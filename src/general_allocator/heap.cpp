@@ -40,7 +40,6 @@ heap* general_allocator::impl::attach_heap() noexcept {
     lock_guard guard(lock);
     h->next_registered = heaps.load(std::memory_order_relaxed);
     heaps.store(h, std::memory_order_release);
-    heap_count.fetch_add(1, std::memory_order_relaxed);
   } else {
     h->thread_id.store(tid, std::memory_order_relaxed);
     for (segment* s = h->segments; s != nullptr; s = s->next) {

@@ -214,7 +214,6 @@ struct alignas(64) page {
   bool in_full = false;             // taken out of its queue because it had no free block
   bool debug = false;               // blocks carry debug records (right after in_full: see
                                     // local_free_is_plain)
-  bool purged = true;               // memory returned to the OS since last use
   bool on_purge_list = false;
   std::uint8_t index = 0;           // position in its segment
   std::uint8_t span_head = 0;       // large-kind slice inside a span: the span's first slice
@@ -355,7 +354,6 @@ struct general_allocator::impl {
   gpa::heap* abandoned = nullptr;
   std::atomic<bool> has_abandoned{false};         // abandoned != nullptr, readable without the lock
   gpa::segment* cached = nullptr;                 // empty 4 MiB segments, pages discarded
-  std::size_t cached_count = 0;
   gpa::segment* dirty_first = nullptr;            // empty segments awaiting discard, newest first
   gpa::segment* dirty_last = nullptr;             // (oldest: the next to be due)
   std::atomic<std::size_t> dirty_cached{0};       // cached segments whose pages await discard
@@ -380,7 +378,6 @@ struct general_allocator::impl {
   std::atomic<std::uint64_t> large_allocations{0};
   std::atomic<std::uint64_t> large_frees{0};
   std::atomic<std::size_t> large_live_bytes{0};
-  std::atomic<std::size_t> heap_count{0};
 
   // heap.cpp
   gpa::heap* attach_heap() noexcept;
@@ -531,6 +528,12 @@ inline block* pop_free_block(page* pg) noexcept {
   return b;
 }
 
+// Allocation of a block of class `cls` from the heap: the first free block of the first page in
+// the class's queue, else the slow path, which refills the queue (page.cpp). Every allocation of
+// a size class goes through here (allocate()'s inline fast path does the same through
+// heap::direct).
+inline void* allocate_in_class(general_allocator::impl* im, heap* h, std::size_t cls, bool debug) noexcept;
+
 inline page_queue& queue_of(heap* h, const page* pg) noexcept {
   return h->queues[pg->debug ? 1 : 0][pg->size_class];
 }
@@ -599,5 +602,20 @@ inline std::size_t page_area_bytes(const page* pg) noexcept {
 
 // Header bytes of a segment that are touched (its descriptors), for resident estimates.
 std::size_t segment_header_touched() noexcept;
+
+inline void* allocate_in_class(general_allocator::impl* im, heap* h, std::size_t cls, bool debug) noexcept {
+  page* pg = h->queues[debug ? 1 : 0][cls].first;
+  if (MEMKIT_LIKELY(pg != nullptr && pg->free != nullptr)) return pop_free_block(pg);
+  return im->allocate_slow(h, cls, debug);
+}
+
+// The local free: a block of this thread's page goes back on the page's free list. Returns true
+// when the page needs the slow path (it was full, or it is now empty and may be released).
+inline bool push_local_free(page* pg, void* p) noexcept {
+  auto* b = static_cast<block*>(p);
+  b->next = pg->free;
+  pg->free = b;
+  return pg->used.decrement_is_zero();
+}
 
 }  // namespace memkit::gpa

@@ -29,7 +29,6 @@ void extend_page(general_allocator::impl* im, page* pg) noexcept {
     im->resident_bytes.fetch_add(touched - pg->touched_bytes, std::memory_order_relaxed);
     pg->touched_bytes = touched;
   }
-  pg->purged = false;
 }
 
 namespace {

@@ -87,7 +87,6 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
     } else if (cached != nullptr) {
       s = cached;
       cached = s->next;
-      --cached_count;
     }
   }
   if (s != nullptr && s->dirty_bytes != 0) {
@@ -183,7 +182,6 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   } else {
     s->next = cached;
     cached = s;
-    ++cached_count;
   }
 }
 
@@ -345,7 +343,6 @@ void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everyt
       retained_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
       resident_bytes.fetch_sub(pg->touched_bytes, std::memory_order_relaxed);
       pg->touched_bytes = 0;
-      pg->purged = true;
     }
   }
 }
@@ -378,7 +375,6 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
     if (everything) {
       while (segment* s = cached) {
         cached = s->next;
-        --cached_count;
         s->next = to_release;
         to_release = s;
       }
@@ -403,9 +399,7 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
   }
   if (to_discard != nullptr) {
     segment* last = to_discard;
-    std::size_t count = 0;
     for (segment* s = to_discard; s != nullptr; s = s->next) {
-      ++count;
       (void)os::discard(reinterpret_cast<char*>(s) + segment_header_bytes, segment_size - segment_header_bytes);
       dirty_cached.fetch_sub(1, std::memory_order_relaxed);
       retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
@@ -416,7 +410,6 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
     lock_guard guard(lock);
     last->next = cached;
     cached = to_discard;
-    cached_count += count;
   }
   while (segment* s = to_release) {
     to_release = s->next;
