@@ -171,8 +171,8 @@ TEST(general_allocator_stress, cross_thread_hand_over_keeps_every_block_intact) 
   // Every block was freed; frees by other threads are counted once their owners collect them, but
   // large blocks are counted at once.
   EXPECT_GE(s.allocations, allocated);
-  EXPECT_EQ(s.large_allocations, s.large_frees);
-  EXPECT_EQ(s.large_live_bytes, 0u);
+  EXPECT_EQ(s.huge_allocations, s.huge_frees);
+  EXPECT_EQ(s.huge_live_bytes, 0u);
 }
 
 TEST(general_allocator_stress, threads_that_come_and_go_reuse_heaps) {
@@ -266,8 +266,8 @@ TEST(general_allocator_stress, large_blocks_recycled_across_threads_keep_their_c
   for (auto& w : workers) w.join();
   EXPECT_EQ(failures.load(), 0);
   const auto s = a.statistics();
-  EXPECT_EQ(s.large_live_bytes, 0u);
-  EXPECT_EQ(s.large_allocations, s.large_frees);
+  EXPECT_EQ(s.huge_live_bytes, 0u);
+  EXPECT_EQ(s.huge_allocations, s.huge_frees);
 }
 
 }  // namespace

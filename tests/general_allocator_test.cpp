@@ -176,7 +176,7 @@ TEST_F(general_allocator_test, reallocate_keeps_contents_and_old_block_on_failur
   base.deallocate(t, 100000);
 }
 
-TEST_F(general_allocator_test, large_allocations_grow_in_place_when_they_can) {
+TEST_F(general_allocator_test, huge_blocks_grow_in_place_when_they_can) {
   general_allocator a;
   const std::size_t mib = std::size_t{1} << 20;
   void* p = a.allocate(4 * mib);  // above the size classes: a mapping of its own
@@ -197,11 +197,11 @@ TEST_F(general_allocator_test, large_allocations_grow_in_place_when_they_can) {
   ASSERT_NE(r, nullptr);
   EXPECT_TRUE(check(r, mib, 1));
   auto s = a.statistics();
-  EXPECT_EQ(s.large_allocations - s.large_frees, 1u);
-  EXPECT_GE(s.large_live_bytes, 64 * mib);
+  EXPECT_EQ(s.huge_allocations - s.huge_frees, 1u);
+  EXPECT_GE(s.huge_live_bytes, 64 * mib);
   a.free(r);
   s = a.statistics();
-  EXPECT_EQ(s.large_live_bytes, 0u);
+  EXPECT_EQ(s.huge_live_bytes, 0u);
 }
 
 TEST_F(general_allocator_test, allocate_zeroed_gives_zero_bytes_even_for_reused_blocks) {
@@ -266,8 +266,8 @@ TEST_F(general_allocator_test, freed_large_blocks_give_their_resident_pages_to_n
     a.free(p);
   }
   const auto end = a.statistics();
-  EXPECT_EQ(end.large_live_bytes, 0u);
-  EXPECT_EQ(end.large_allocations, end.large_frees);
+  EXPECT_EQ(end.huge_live_bytes, 0u);
+  EXPECT_EQ(end.huge_allocations, end.huge_frees);
   EXPECT_LE(end.resident_bytes, end.mapped_bytes);
 }
 
@@ -303,7 +303,7 @@ TEST_F(general_allocator_test, a_failed_page_move_leaves_every_block_usable) {
       a.free(p);
     }
     a.free(z);
-    EXPECT_EQ(a.statistics().large_live_bytes, 0u);
+    EXPECT_EQ(a.statistics().huge_live_bytes, 0u);
   }
 }
 
@@ -352,7 +352,7 @@ TEST_F(general_allocator_test, a_freed_large_block_serves_blocks_of_the_size_cla
   a.free(p);
   a.free(z);
   const auto end = a.statistics();
-  EXPECT_EQ(end.large_live_bytes, 0u);
+  EXPECT_EQ(end.huge_live_bytes, 0u);
   EXPECT_EQ(end.live_bytes, 0u);
   EXPECT_LE(end.resident_bytes, end.mapped_bytes);
   a.purge();
@@ -436,7 +436,7 @@ TEST_F(general_allocator_test, an_empty_segment_gives_its_resident_pages_to_a_ne
     a.free(p);
     a.free(z);
     const auto end = a.statistics();
-    EXPECT_EQ(end.large_live_bytes, 0u);
+    EXPECT_EQ(end.huge_live_bytes, 0u);
     EXPECT_LE(end.resident_bytes, end.mapped_bytes);
     a.purge();
     EXPECT_EQ(a.statistics().retained_bytes, 0u);
@@ -609,7 +609,7 @@ TEST_F(general_allocator_test, a_growing_block_moves_its_pages_not_its_bytes) {
       << "growth faulted " << growth_faults << " pages, writing once " << bound_faults;
   EXPECT_GE(a.usable_size(p), final_bytes);
   a.free(p);
-  EXPECT_EQ(a.statistics().large_live_bytes, 0u);
+  EXPECT_EQ(a.statistics().huge_live_bytes, 0u);
 }
 
 TEST_F(general_allocator_test, the_allocator_interface_grows_large_buffers_in_their_reservation) {
@@ -669,7 +669,7 @@ TEST_F(general_allocator_test, a_failure_at_any_step_of_growth_keeps_the_block) 
       EXPECT_TRUE(check(q, size, 11));
       std::memset(static_cast<char*>(q) + size, 3, 48 * mib - size);
       a.free(q);
-      EXPECT_EQ(a.statistics().large_live_bytes, 0u);
+      EXPECT_EQ(a.statistics().huge_live_bytes, 0u);
     }
   }
   // A move that fails alone (the first mremap) falls back to a copy that succeeds.
@@ -823,7 +823,7 @@ TEST_F(general_allocator_test, statistics_count_live_peak_and_classes) {
   EXPECT_EQ(s.size_classes[3].block_size, 48u);
   EXPECT_EQ(s.size_classes[3].live_blocks, 1000u);
   EXPECT_GE(s.size_classes[3].pages, 1u);
-  EXPECT_EQ(s.large_allocations, 1u);
+  EXPECT_EQ(s.huge_allocations, 1u);
   EXPECT_GE(s.live_bytes, 48000u + (std::size_t{5} << 20));
   EXPECT_GE(s.peak_live_bytes, s.live_bytes);
   EXPECT_GE(s.mapped_bytes, s.live_bytes);

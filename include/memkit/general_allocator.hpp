@@ -273,9 +273,9 @@ struct general_allocator_statistics {
   std::size_t retained_bytes = 0;    // empty memory not yet returned to the OS
   std::uint64_t allocations = 0;     // all allocations so far
   std::uint64_t frees = 0;           // all frees so far
-  std::uint64_t large_allocations = 0;  // allocations that got their own mapping
-  std::uint64_t large_frees = 0;        // frees of those
-  std::size_t large_live_bytes = 0;     // bytes in live large allocations
+  std::uint64_t huge_allocations = 0;  // allocations of huge blocks (a mapping of their own)
+  std::uint64_t huge_frees = 0;        // frees of those
+  std::size_t huge_live_bytes = 0;     // bytes in live huge blocks
   std::size_t heaps = 0;             // thread heaps created (live and abandoned)
   std::size_t size_class_count = 0;  // entries of size_classes in use
   general_allocator::size_class_statistics size_classes[general_allocator::max_size_classes];

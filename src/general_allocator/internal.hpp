@@ -1,10 +1,12 @@
 // Internal data structures of memkit::general_allocator, shared by the files of this folder.
 //
-// Memory hierarchy (the model is mimalloc):
+// Memory hierarchy (the model is mimalloc; the words are those of the glossary in
+// docs/general_allocator.md: small, medium and large classes, huge blocks):
 //   segment  4 MiB of address space reserved at a 4 MiB-aligned address. Its first 64 KiB hold the
 //            segment header and the page descriptors, so any pointer into the segment finds them
-//            by masking. A segment belongs to one thread heap. Large allocations get a segment of
-//            their own ("huge" kind) sized to fit.
+//            by masking. A segment belongs to one thread heap. A huge block (above 3.5 MiB, or
+//            aligned to more than 64 KiB) gets a segment of its own, of the huge kind, sized to fit
+//            (large.cpp).
 //   page     a run of the segment (64 KiB small, 512 KiB medium) cut into blocks of one size
 //            class; it keeps its free blocks in an intrusive list. Large classes (64 KiB-3.5 MiB)
 //            take a *span* of whole 64 KiB slices of a large-kind segment, one block per span;
@@ -361,7 +363,7 @@ struct general_allocator::impl {
   gpa::segment* huge_cached = nullptr;            // freed large blocks kept for reuse
   std::atomic<std::size_t> huge_cached_count{0};
   std::size_t huge_cached_bytes = 0;              // their resident (touched) bytes
-  gpa::segment* huge_live = nullptr;              // live large blocks (leak reports)
+  gpa::segment* huge_live = nullptr;              // live huge blocks (leak reports)
   // Debug mode's quarantine (debug.cpp): a ring of freed blocks not yet reusable, mapped on first
   // use. Guarded by `lock` like the caches.
   void** quarantine = nullptr;
@@ -375,9 +377,9 @@ struct general_allocator::impl {
   std::atomic<std::size_t> in_use_bytes{0};       // pages in use + live large blocks
   std::atomic<std::size_t> peak_in_use_bytes{0};
   std::atomic<std::size_t> retained_bytes{0};     // empty memory not yet purged (all heaps)
-  std::atomic<std::uint64_t> large_allocations{0};
-  std::atomic<std::uint64_t> large_frees{0};
-  std::atomic<std::size_t> large_live_bytes{0};
+  std::atomic<std::uint64_t> huge_allocations{0};
+  std::atomic<std::uint64_t> huge_frees{0};
+  std::atomic<std::size_t> huge_live_bytes{0};
 
   // heap.cpp
   gpa::heap* attach_heap() noexcept;

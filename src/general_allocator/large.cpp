@@ -476,8 +476,8 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
     lock_guard guard(lock);
     live_push(*this, s);
   }
-  large_allocations.fetch_add(1, std::memory_order_relaxed);
-  large_live_bytes.fetch_add(s->huge_size, std::memory_order_relaxed);
+  huge_allocations.fetch_add(1, std::memory_order_relaxed);
+  huge_live_bytes.fetch_add(s->huge_size, std::memory_order_relaxed);
   note_in_use(static_cast<std::ptrdiff_t>(total));
   // Only the pages written before can hold anything but zero.
   if (zeroed && touched > offset) std::memset(pg.start, 0, touched - offset < size ? touched - offset : size);
@@ -504,8 +504,8 @@ void general_allocator::impl::huge_free(segment* s) noexcept {
       cached_it = true;
     }
   }
-  large_frees.fetch_add(1, std::memory_order_relaxed);
-  large_live_bytes.fetch_sub(size, std::memory_order_relaxed);
+  huge_frees.fetch_add(1, std::memory_order_relaxed);
+  huge_live_bytes.fetch_sub(size, std::memory_order_relaxed);
   note_in_use(-static_cast<std::ptrdiff_t>(accounted));
   if (!cached_it) release_huge(*this, s, s->reserved_bytes, touched_of(s));
   // Older cached blocks may be due.
@@ -556,14 +556,14 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size, bool
   s->huge_requested = new_size;
   s->pages[0].area_end = s->pages[0].start + s->huge_size;
   if (s->huge_size > old_size) {
-    large_live_bytes.fetch_add(s->huge_size - old_size, std::memory_order_relaxed);
+    huge_live_bytes.fetch_add(s->huge_size - old_size, std::memory_order_relaxed);
     note_in_use(static_cast<std::ptrdiff_t>(s->huge_size - old_size));
     if (total > s->pages[0].touched_bytes) {
       resident_bytes.fetch_add(total - s->pages[0].touched_bytes, std::memory_order_relaxed);
       s->pages[0].touched_bytes = total;
     }
   } else {
-    large_live_bytes.fetch_sub(old_size - s->huge_size, std::memory_order_relaxed);
+    huge_live_bytes.fetch_sub(old_size - s->huge_size, std::memory_order_relaxed);
     note_in_use(-static_cast<std::ptrdiff_t>(old_size - s->huge_size));
   }
   return true;
@@ -752,7 +752,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
   t->huge_requested = new_size;
   t->pages[0].start = to + t->huge_offset;
   t->pages[0].area_end = t->pages[0].start + t->huge_size;
-  large_live_bytes.fetch_add(t->huge_size - old_size, std::memory_order_relaxed);
+  huge_live_bytes.fetch_add(t->huge_size - old_size, std::memory_order_relaxed);
   note_in_use(static_cast<std::ptrdiff_t>(t->huge_size - old_size));
   if (total > t->pages[0].touched_bytes) {
     resident_bytes.fetch_add(total - t->pages[0].touched_bytes, std::memory_order_relaxed);

@@ -41,12 +41,12 @@ general_allocator_statistics general_allocator::statistics() const noexcept {
     s.frees += k.frees;
     s.live_bytes += static_cast<std::size_t>(k.live_blocks) * k.block_size;
   }
-  s.large_allocations = im->large_allocations.load(std::memory_order_relaxed);
-  s.large_frees = im->large_frees.load(std::memory_order_relaxed);
-  s.large_live_bytes = im->large_live_bytes.load(std::memory_order_relaxed);
-  s.allocations += s.large_allocations;
-  s.frees += s.large_frees;
-  s.live_bytes += s.large_live_bytes;
+  s.huge_allocations = im->huge_allocations.load(std::memory_order_relaxed);
+  s.huge_frees = im->huge_frees.load(std::memory_order_relaxed);
+  s.huge_live_bytes = im->huge_live_bytes.load(std::memory_order_relaxed);
+  s.allocations += s.huge_allocations;
+  s.frees += s.huge_frees;
+  s.live_bytes += s.huge_live_bytes;
   const std::size_t peak = im->peak_in_use_bytes.load(std::memory_order_relaxed);
   s.peak_live_bytes = peak > s.live_bytes ? peak : s.live_bytes;
   s.resident_bytes = im->resident_bytes.load(std::memory_order_relaxed);
@@ -64,10 +64,10 @@ void general_allocator::print_statistics(int fd) const noexcept {
                            "mapped %zu, retained empty %zu\n",
                            s.live_bytes, s.peak_live_bytes, s.resident_bytes, s.mapped_bytes,
                            s.retained_bytes);
-  diagnostics::print(fd, "  calls     %llu allocations, %llu frees; large: %llu allocations, %llu frees, "
+  diagnostics::print(fd, "  calls     %llu allocations, %llu frees; huge: %llu allocations, %llu frees, "
                            "%zu bytes live; %zu heaps\n",
-                           ull(s.allocations), ull(s.frees), ull(s.large_allocations), ull(s.large_frees),
-                           s.large_live_bytes, s.heaps);
+                           ull(s.allocations), ull(s.frees), ull(s.huge_allocations), ull(s.huge_frees),
+                           s.huge_live_bytes, s.heaps);
   diagnostics::print(fd, "  %10s %14s %14s %12s %8s\n", "block", "allocations", "frees",
                            "live", "pages");
   for (std::size_t c = 0; c < s.size_class_count; ++c) {

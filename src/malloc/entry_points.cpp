@@ -209,8 +209,8 @@ MEMKIT_MALLOC_EXPORT struct mallinfo2 mallinfo2() noexcept {
   const auto s = heap().statistics();
   struct mallinfo2 info {};
   info.arena = s.mapped_bytes;                                       // address space from the OS
-  info.hblks = static_cast<std::size_t>(s.large_allocations - s.large_frees);  // own mappings
-  info.hblkhd = s.large_live_bytes;                                  // bytes in them
+  info.hblks = static_cast<std::size_t>(s.huge_allocations - s.huge_frees);  // own mappings
+  info.hblkhd = s.huge_live_bytes;                                  // bytes in them
   info.usmblks = s.peak_live_bytes;                                  // highest use seen
   info.uordblks = s.live_bytes;                                      // in use
   info.fordblks = s.retained_bytes;                                  // held empty
