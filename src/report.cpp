@@ -10,9 +10,9 @@
 
 namespace memkit::diagnostics {
 
-void write(int fd, const char* text, std::size_t length) noexcept { (void)os::output(fd, text, length); }
+void put(int fd, const char* text, std::size_t length) noexcept { (void)os::output(fd, text, length); }
 
-void write(int fd, const char* text) noexcept { write(fd, text, std::strlen(text)); }
+void put(int fd, const char* text) noexcept { put(fd, text, std::strlen(text)); }
 
 void print(int fd, const char* format, ...) noexcept {
   char line[1024];
@@ -20,7 +20,7 @@ void print(int fd, const char* format, ...) noexcept {
   va_start(args, format);
   const int length = std::vsnprintf(line, sizeof line, format, args);
   va_end(args);
-  if (length > 0) write(fd, line, static_cast<std::size_t>(length) < sizeof line ? static_cast<std::size_t>(length) : sizeof line - 1);
+  if (length > 0) put(fd, line, static_cast<std::size_t>(length) < sizeof line ? static_cast<std::size_t>(length) : sizeof line - 1);
 }
 
 void finish_misuse_report(bool abort_process) noexcept {
@@ -33,7 +33,7 @@ void report_contract_violation(const char* condition, const char* message, const
   std::abort();  // finish_misuse_report(true) does not return
 }
 
-void report_writer::text(const char* s, std::size_t n) noexcept { write(fd_, s, n); }
+void report_writer::text(const char* s, std::size_t n) noexcept { put(fd_, s, n); }
 
 void report_writer::text(const char* s) noexcept { text(s, std::strlen(s)); }
 

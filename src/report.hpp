@@ -26,9 +26,9 @@
 namespace memkit::diagnostics {
 
 // Writes `length` bytes of `text` to `fd`; a failed write is dropped (there is nowhere to report it).
-void write(int fd, const char* text, std::size_t length) noexcept;
+void put(int fd, const char* text, std::size_t length) noexcept;
 // Writes a NUL-terminated text.
-void write(int fd, const char* text) noexcept;
+void put(int fd, const char* text) noexcept;
 // printf to `fd` through a stack buffer (longer output is cut at 1 KiB).
 void print(int fd, const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
 

@@ -730,7 +730,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
       const std::size_t begin = k == 0 ? 0 : splits.at[k - 1];
       if (!os::move_pages(to + begin, splits.at[k] - begin, from + begin)) {
         static const char message[] = "memkit: a large block could not be moved back after a failed move\n";
-        diagnostics::write(os::error_stream, message, sizeof message - 1);
+        diagnostics::put(os::error_stream, message, sizeof message - 1);
         std::abort();
       }
     }
