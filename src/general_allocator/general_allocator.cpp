@@ -408,7 +408,7 @@ void general_allocator::impl::release_everything() noexcept {
     h = next;
   }
   heaps.store(nullptr, std::memory_order_relaxed);
-  for (segment* list : {cached, dirty_first, huge_cached, huge_live}) {
+  for (segment* list : {empty_segments.clean, empty_segments.dirty_first, huge_cached, huge_live}) {
     while (list != nullptr) {
       segment* next = list->next;
       segment_map_set(list, false);
@@ -416,7 +416,7 @@ void general_allocator::impl::release_everything() noexcept {
       list = next;
     }
   }
-  cached = dirty_first = dirty_last = huge_cached = huge_live = nullptr;
+  empty_segments.clean = empty_segments.dirty_first = empty_segments.dirty_last = huge_cached = huge_live = nullptr;
   if (quarantine != nullptr) (void)os::release(quarantine, quarantine_slots * sizeof(void*));
   quarantine = nullptr;
   quarantine_slots = quarantine_first = quarantine_count = quarantine_held = 0;

@@ -291,6 +291,15 @@ struct segment {
 };
 static_assert(sizeof(segment) <= segment_header_bytes, "segment header must fit in 64 KiB");
 
+// Empty 4 MiB segments kept for reuse (segment.cpp); guarded by the instance's lock, but for
+// dirty_count, which the slow paths read without it.
+struct segment_cache {
+  segment* clean = nullptr;                   // pages discarded
+  segment* dirty_first = nullptr;             // pages awaiting discard, newest first
+  segment* dirty_last = nullptr;              // (oldest: the next to be due)
+  std::atomic<std::size_t> dirty_count{0};    // segments on the dirty list
+};
+
 struct page_queue {
   page* first = nullptr;
   page* last = nullptr;
@@ -355,10 +364,7 @@ struct general_allocator::impl {
   std::atomic<gpa::heap*> heaps{nullptr};         // registry, never shrinks
   gpa::heap* abandoned = nullptr;
   std::atomic<bool> has_abandoned{false};         // abandoned != nullptr, readable without the lock
-  gpa::segment* cached = nullptr;                 // empty 4 MiB segments, pages discarded
-  gpa::segment* dirty_first = nullptr;            // empty segments awaiting discard, newest first
-  gpa::segment* dirty_last = nullptr;             // (oldest: the next to be due)
-  std::atomic<std::size_t> dirty_cached{0};       // cached segments whose pages await discard
+  gpa::segment_cache empty_segments;              // segment.cpp
   std::atomic<std::uint64_t> caches_checked_ms{0};  // last time a slow path looked at the caches
   gpa::segment* huge_cached = nullptr;            // freed large blocks kept for reuse
   std::atomic<std::size_t> huge_cached_count{0};

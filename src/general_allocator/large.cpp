@@ -152,17 +152,17 @@ bool recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_t by
   segment* d;
   {
     lock_guard guard(im.lock);
-    d = im.dirty_last;
+    d = im.empty_segments.dirty_last;
     if (d == nullptr) return true;
-    im.dirty_last = d->prev;
-    if (im.dirty_last != nullptr) im.dirty_last->next = nullptr;
-    else im.dirty_first = nullptr;
+    im.empty_segments.dirty_last = d->prev;
+    if (im.empty_segments.dirty_last != nullptr) im.empty_segments.dirty_last->next = nullptr;
+    else im.empty_segments.dirty_first = nullptr;
   }
   char* area = reinterpret_cast<char*>(d) + segment_header_bytes;
   const os::status moved = os::move_pages(area, bytes, at);
   if (!moved && moved.error() == ENOTSUP) recycling_supported.store(false, std::memory_order_relaxed);
   const std::size_t dirty = d->dirty_bytes;
-  im.dirty_cached.fetch_sub(1, std::memory_order_relaxed);
+  im.empty_segments.dirty_count.fetch_sub(1, std::memory_order_relaxed);
   im.retained_bytes.fetch_sub(dirty, std::memory_order_relaxed);
   im.resident_bytes.fetch_sub(dirty + segment_header_touched(), std::memory_order_relaxed);
   im.mapped_bytes.fetch_sub(segment_size, std::memory_order_relaxed);
@@ -252,7 +252,7 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
   // Then the page areas of empty segments due for their purge (only above min_recycled: a move
   // costs a system call and splits the mapping).
   while (ok && touched + min_recycled <= total && splits.count + 2 <= max_huge_splits &&
-         im.dirty_cached.load(std::memory_order_relaxed) != 0) {
+         im.empty_segments.dirty_count.load(std::memory_order_relaxed) != 0) {
     const std::size_t area = segment_size - segment_header_bytes;
     const std::size_t bytes = total - touched < area ? total - touched : area;
     if (!recycle_dirty_segment(im, base + touched, bytes)) {
@@ -439,7 +439,7 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
     }
   }
   if ((donors != nullptr || (alignment <= segment_size && touched + min_recycled <= total &&
-                              dirty_cached.load(std::memory_order_relaxed) != 0 &&
+                              empty_segments.dirty_count.load(std::memory_order_relaxed) != 0 &&
                               recycling_supported.load(std::memory_order_relaxed))) &&
       !recycle_pages(*this, reinterpret_cast<char*>(s), reserved, touched, splits, total, donors)) {
     release_huge(*this, s, reserved, touched);
@@ -576,7 +576,7 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size, bool
 bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexcept {
   const std::size_t touched_before = s->pages[0].touched_bytes;
   if (total - touched_before < min_recycled || !recycling_supported.load(std::memory_order_relaxed) ||
-      (huge_cached_count.load(std::memory_order_relaxed) == 0 && dirty_cached.load(std::memory_order_relaxed) == 0)) {
+      (huge_cached_count.load(std::memory_order_relaxed) == 0 && empty_segments.dirty_count.load(std::memory_order_relaxed) == 0)) {
     return true;
   }
   segment* donors = nullptr;
@@ -595,7 +595,7 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
       tail = &d->next;
     }
   }
-  if (donors == nullptr && dirty_cached.load(std::memory_order_relaxed) == 0) return true;
+  if (donors == nullptr && empty_segments.dirty_count.load(std::memory_order_relaxed) == 0) return true;
   char* base = reinterpret_cast<char*>(s);
   split_list splits(s);
   std::size_t touched = touched_before;

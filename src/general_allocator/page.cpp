@@ -102,7 +102,7 @@ void general_allocator::impl::drain_notified(heap* h) noexcept {
 void* general_allocator::impl::allocate_slow(heap* h, std::size_t cls, bool debug) noexcept {
   if (h->notified.load(std::memory_order_relaxed) != nullptr) drain_notified(h);
   const bool shared_work = huge_cached_count.load(std::memory_order_relaxed) != 0 ||
-                           dirty_cached.load(std::memory_order_relaxed) != 0 ||
+                           empty_segments.dirty_count.load(std::memory_order_relaxed) != 0 ||
                            has_abandoned.load(std::memory_order_relaxed);
   if (h->purge_first[0] != nullptr || h->purge_first[1] != nullptr || h->purge_first[2] != nullptr ||
       h->purge_requested.load(std::memory_order_relaxed) || shared_work) {

@@ -79,20 +79,20 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
   segment* s = nullptr;
   {
     lock_guard guard(lock);
-    if (dirty_first != nullptr) {  // warm memory first
-      s = dirty_first;
-      dirty_first = s->next;
-      if (dirty_first != nullptr) dirty_first->prev = nullptr;
-      else dirty_last = nullptr;
-    } else if (cached != nullptr) {
-      s = cached;
-      cached = s->next;
+    if (empty_segments.dirty_first != nullptr) {  // warm memory first
+      s = empty_segments.dirty_first;
+      empty_segments.dirty_first = s->next;
+      if (empty_segments.dirty_first != nullptr) empty_segments.dirty_first->prev = nullptr;
+      else empty_segments.dirty_last = nullptr;
+    } else if (empty_segments.clean != nullptr) {
+      s = empty_segments.clean;
+      empty_segments.clean = s->next;
     }
   }
   if (s != nullptr && s->dirty_bytes != 0) {
     // Taken back before its purge: the memory is still there; its pages account for it again as
     // they are carved.
-    dirty_cached.fetch_sub(1, std::memory_order_relaxed);
+    empty_segments.dirty_count.fetch_sub(1, std::memory_order_relaxed);
     retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
     resident_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
   }
@@ -173,15 +173,15 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   s->cached_since_ms = now_ms();
   lock_guard guard(lock);
   if (retained != 0) {
-    dirty_cached.fetch_add(1, std::memory_order_relaxed);
+    empty_segments.dirty_count.fetch_add(1, std::memory_order_relaxed);
     s->prev = nullptr;
-    s->next = dirty_first;
-    if (dirty_first != nullptr) dirty_first->prev = s;
-    else dirty_last = s;
-    dirty_first = s;
+    s->next = empty_segments.dirty_first;
+    if (empty_segments.dirty_first != nullptr) empty_segments.dirty_first->prev = s;
+    else empty_segments.dirty_last = s;
+    empty_segments.dirty_first = s;
   } else {
-    s->next = cached;
-    cached = s;
+    s->next = empty_segments.clean;
+    empty_segments.clean = s;
   }
 }
 
@@ -373,25 +373,25 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
       }
     }
     if (everything) {
-      while (segment* s = cached) {
-        cached = s->next;
+      while (segment* s = empty_segments.clean) {
+        empty_segments.clean = s->next;
         s->next = to_release;
         to_release = s;
       }
-      while (segment* s = dirty_first) {
-        dirty_first = s->next;
+      while (segment* s = empty_segments.dirty_first) {
+        empty_segments.dirty_first = s->next;
         s->next = to_release;
         to_release = s;
       }
-      dirty_last = nullptr;
+      empty_segments.dirty_last = nullptr;
     } else {
       // Oldest first, only those due: O(due). They leave the cache while they are discarded
       // (outside the lock), so no thread can take one back meanwhile.
-      while (segment* s = dirty_last) {
+      while (segment* s = empty_segments.dirty_last) {
         if (!over_limit && now - s->cached_since_ms < delay) break;
-        dirty_last = s->prev;
-        if (dirty_last != nullptr) dirty_last->next = nullptr;
-        else dirty_first = nullptr;
+        empty_segments.dirty_last = s->prev;
+        if (empty_segments.dirty_last != nullptr) empty_segments.dirty_last->next = nullptr;
+        else empty_segments.dirty_first = nullptr;
         s->next = to_discard;
         to_discard = s;
       }
@@ -401,15 +401,15 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
     segment* last = to_discard;
     for (segment* s = to_discard; s != nullptr; s = s->next) {
       (void)os::discard(reinterpret_cast<char*>(s) + segment_header_bytes, segment_size - segment_header_bytes);
-      dirty_cached.fetch_sub(1, std::memory_order_relaxed);
+      empty_segments.dirty_count.fetch_sub(1, std::memory_order_relaxed);
       retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
       resident_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
       s->dirty_bytes = 0;
       last = s;
     }
     lock_guard guard(lock);
-    last->next = cached;
-    cached = to_discard;
+    last->next = empty_segments.clean;
+    empty_segments.clean = to_discard;
   }
   while (segment* s = to_release) {
     to_release = s->next;
@@ -418,7 +418,7 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
     mapped_bytes.fetch_sub(bytes, std::memory_order_relaxed);
     std::size_t resident = huge ? s->pages[0].touched_bytes : segment_header_touched();
     if (!huge && s->dirty_bytes != 0) {
-      dirty_cached.fetch_sub(1, std::memory_order_relaxed);
+      empty_segments.dirty_count.fetch_sub(1, std::memory_order_relaxed);
       retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
       resident += s->dirty_bytes;
     }
