@@ -453,3 +453,137 @@ const char* environment_variable(const char* name) noexcept {
 }
 
 }  // namespace memkit::os
+
+// ---- the process's own address space (process.hpp), for debug mode's leak scan ----------------
+
+#include <fcntl.h>
+#include <sys/uio.h>
+
+#include "process.hpp"
+
+namespace memkit::os::process {
+
+#if defined(__linux__)
+
+namespace {
+
+std::uintptr_t parse_hex(const char*& p, const char* end) noexcept {
+  std::uintptr_t v = 0;
+  for (; p < end; ++p) {
+    const char c = *p;
+    unsigned digit;
+    if (c >= '0' && c <= '9') digit = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f') digit = static_cast<unsigned>(c - 'a' + 10);
+    else break;
+    v = v * 16 + digit;
+  }
+  return v;
+}
+
+}  // namespace
+
+// /proc/self/maps, read whole into memory from map() (no malloc, no stdio) so that the walk sees
+// one snapshot, then parsed line by line: "begin-end perms offset dev inode   name".
+status for_each_region(region_visitor visit, void* context) noexcept {
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return status::failure(errno);
+  char* buffer = nullptr;
+  std::size_t capacity = 0;
+  std::size_t length = 0;
+  int error = 0;
+  for (capacity = std::size_t{1} << 20; capacity <= (std::size_t{256} << 20); capacity *= 4) {
+    auto mapped = map(capacity);
+    if (!mapped) {
+      error = mapped.error();
+      break;
+    }
+    buffer = static_cast<char*>(mapped.value());
+    length = 0;
+    if (::lseek(fd, 0, SEEK_SET) != 0) {
+      error = errno;
+      break;
+    }
+    for (;;) {
+      const ssize_t n = ::read(fd, buffer + length, capacity - length);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) error = errno;
+      if (n <= 0) break;
+      length += static_cast<std::size_t>(n);
+      if (length == capacity) break;
+    }
+    if (error != 0 || length < capacity) break;
+    (void)release(buffer, capacity);  // too small: the file did not fit
+    buffer = nullptr;
+  }
+  ::close(fd);
+  if (buffer == nullptr || error != 0) {
+    if (buffer != nullptr) (void)release(buffer, capacity);
+    return status::failure(error != 0 ? error : ENOMEM);
+  }
+  const char* line = buffer;
+  const char* const end = buffer + length;
+  while (line < end) {
+    char* eol = buffer + (line - buffer);
+    while (eol < end && *eol != '\n') ++eol;
+    *eol = '\0';  // at `end` too: the buffer has room, length < capacity
+    const char* p = line;
+    region r{};
+    r.begin = parse_hex(p, eol);
+    if (p < eol && *p == '-') ++p;
+    r.end = parse_hex(p, eol);
+    if (p < eol && *p == ' ') ++p;
+    if (eol - p >= 4) {
+      r.readable = p[0] == 'r';
+      r.writable = p[1] == 'w';
+      r.is_private = p[3] == 'p';
+    }
+    // The name: after the fifth field (perms, offset, dev, inode), past the padding.
+    int fields = 0;
+    while (p < eol && fields < 4) {
+      while (p < eol && *p != ' ') ++p;
+      while (p < eol && *p == ' ') ++p;
+      ++fields;
+    }
+    r.name = p;
+    // The kernel's pages (time data, the legacy syscall page) are no data of the process.
+    if (std::strncmp(r.name, "[vvar", 5) == 0 || std::strncmp(r.name, "[vsyscall", 9) == 0) r.readable = false;
+    line = eol + 1;
+    if (r.begin < r.end && !visit(r, context)) break;
+  }
+  (void)release(buffer, capacity);
+  return {};
+}
+
+// process_vm_readv on this process: the kernel copies, so a page unmapped meanwhile ends the copy
+// instead of faulting.
+result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept {
+  iovec local{buffer, bytes};
+  iovec remote{const_cast<void*>(address), bytes};
+  const ssize_t got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+  if (got >= 0) return static_cast<std::size_t>(got);
+  if (errno == EFAULT) return std::size_t{0};  // the first page is not readable
+  return result<std::size_t>::failure(errno);
+}
+
+#else
+
+// Elsewhere no portable way to list mappings: the leak scan then has no roots beyond its caller's.
+status for_each_region(region_visitor, void*) noexcept { return status::failure(ENOSYS); }
+
+result<std::size_t> read_memory(const void*, void*, std::size_t) noexcept {
+  return result<std::size_t>::failure(ENOSYS);
+}
+
+#endif
+
+status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept {
+#if defined(__APPLE__)
+  if (::mincore(const_cast<void*>(address), bytes, reinterpret_cast<char*>(resident)) != 0) return status::failure(errno);
+#else
+  if (::mincore(const_cast<void*>(address), bytes, resident) != 0) return status::failure(errno);
+#endif
+  for (std::size_t i = 0, n = (bytes + page_size() - 1) / page_size(); i < n; ++i) resident[i] &= 1;
+  return {};
+}
+
+}  // namespace memkit::os::process

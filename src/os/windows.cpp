@@ -409,3 +409,88 @@ void capture_registers_out_of_line(register_snapshot& snapshot) noexcept {
 }
 
 }  // namespace memkit::os
+
+// ---- the process's own address space (process.hpp), for debug mode's leak scan ----------------
+
+#include "process.hpp"
+
+namespace memkit::os::process {
+namespace {
+
+bool readable_protection(DWORD protect) noexcept {
+  if ((protect & (PAGE_GUARD | PAGE_NOACCESS)) != 0) return false;
+  return (protect & (PAGE_READONLY | PAGE_READWRITE | PAGE_WRITECOPY | PAGE_EXECUTE_READ | PAGE_EXECUTE_READWRITE |
+                     PAGE_EXECUTE_WRITECOPY)) != 0;
+}
+
+bool writable_protection(DWORD protect) noexcept {
+  return (protect & (PAGE_READWRITE | PAGE_WRITECOPY | PAGE_EXECUTE_READWRITE | PAGE_EXECUTE_WRITECOPY)) != 0;
+}
+
+}  // namespace
+
+// VirtualQuery from the bottom of the address space up: one region per run of committed pages
+// with the same protection. Private memory (heaps, stacks, VirtualAlloc) and the copy-on-write
+// data of loaded images count as private; mapped files (MEM_MAPPED) as shared. Regions come one
+// query at a time, so the walk is no snapshot: a region freed meanwhile is reported as it was,
+// and read_memory() copes with it.
+status for_each_region(region_visitor visit, void* context) noexcept {
+  SYSTEM_INFO info;
+  ::GetSystemInfo(&info);
+  auto at = reinterpret_cast<std::uintptr_t>(info.lpMinimumApplicationAddress);
+  const auto top = reinterpret_cast<std::uintptr_t>(info.lpMaximumApplicationAddress);
+  bool any = false;
+  while (at < top) {
+    MEMORY_BASIC_INFORMATION m;
+    if (::VirtualQuery(reinterpret_cast<const void*>(at), &m, sizeof m) == 0) {
+      if (!any) return status::failure(static_cast<int>(::GetLastError()));
+      break;
+    }
+    any = true;
+    const auto begin = reinterpret_cast<std::uintptr_t>(m.BaseAddress);
+    const std::uintptr_t end = begin + m.RegionSize;
+    if (end <= at) break;
+    if (m.State == MEM_COMMIT) {
+      const bool writable = writable_protection(m.Protect);
+      region r{begin, end, readable_protection(m.Protect), writable,
+               m.Type == MEM_PRIVATE || (m.Type == MEM_IMAGE && writable), ""};
+      if (!visit(r, context)) break;
+    }
+    at = end;
+  }
+  return {};
+}
+
+// ReadProcessMemory on the current process: the system copies, so a page freed or protected
+// meanwhile ends the copy (a partial copy reports how far it got) instead of faulting.
+result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept {
+  SIZE_T got = 0;
+  if (::ReadProcessMemory(::GetCurrentProcess(), address, buffer, bytes, &got) != 0) return std::size_t{got};
+  const DWORD error = ::GetLastError();
+  if (error == ERROR_PARTIAL_COPY || error == ERROR_NOACCESS) return std::size_t{got};
+  return result<std::size_t>::failure(static_cast<int>(error));
+}
+
+// Committed pages may hold data (Windows has no cheap residency query short of the working set
+// API): one VirtualQuery per run of pages in the same state.
+status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept {
+  const std::size_t page = page_size();
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  const std::uintptr_t end = begin + bytes;
+  std::uintptr_t at = begin;
+  while (at < end) {
+    MEMORY_BASIC_INFORMATION m;
+    if (::VirtualQuery(reinterpret_cast<const void*>(at), &m, sizeof m) == 0) {
+      return status::failure(static_cast<int>(::GetLastError()));
+    }
+    std::uintptr_t run_end = reinterpret_cast<std::uintptr_t>(m.BaseAddress) + m.RegionSize;
+    if (run_end > end) run_end = end;
+    if (run_end <= at) return status::failure(ERROR_INVALID_PARAMETER);
+    const unsigned char value = m.State == MEM_COMMIT ? 1 : 0;
+    for (std::uintptr_t p = at; p < run_end; p += page) resident[(p - begin) / page] = value;
+    at = run_end;
+  }
+  return {};
+}
+
+}  // namespace memkit::os::process

@@ -1,0 +1,45 @@
+// Internal: the calling process's own address space, as debug mode's leak scan needs it — which
+// regions are mapped and with what access, a copy of memory that may be unmapped meanwhile, and
+// which pages are resident. Implemented at the end of each platform's os file (posix.cpp,
+// windows.cpp). Nothing here calls malloc: the leak scan runs inside the allocator, at exit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "memkit/os.hpp"
+
+namespace memkit::os::process {
+
+// One mapped region of the address space.
+struct region {
+  std::uintptr_t begin;
+  std::uintptr_t end;
+  bool readable;
+  bool writable;
+  // Private to this process (anonymous memory, a stack, the copy-on-write data of a loaded
+  // object), as opposed to shared with other processes or backed by a file another can truncate.
+  bool is_private;
+  // A path, "[stack]" and the like, or "" when the system gives no name.
+  const char* name;
+};
+
+// Calls visit(r, context) for each region of a snapshot of the address space, in address order,
+// until it returns false. The snapshot is taken first, so the walk may map and unmap meanwhile;
+// regions the system marks as not holding the process's data (Linux's [vvar], [vsyscall]) are
+// reported as unreadable. Fails with the system's error when the address space cannot be read.
+using region_visitor = bool (*)(const region& r, void* context);
+status for_each_region(region_visitor visit, void* context) noexcept;
+
+// Copies up to `bytes` from `address` into `buffer` without faulting: the number of bytes copied
+// from `address` on, which stops short at the first page that is not mapped or not readable (0
+// when the first one is not). Fails (ENOSYS, EPERM, ...) when the system offers no safe copy here;
+// the caller then decides whether to read in place.
+result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept;
+
+// One byte per page of [address, address + bytes) (address page-aligned): 1 when the page is
+// resident or committed (it may hold data), 0 when it was never touched or is swapped out.
+// Fails when the system cannot tell (the range is not mapped, ...).
+status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept;
+
+}  // namespace memkit::os::process
