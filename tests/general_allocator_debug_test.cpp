@@ -294,6 +294,58 @@ TEST(general_allocator_debug, leak_report_classifies_by_reachability_and_groups_
   });
 }
 
+// A heap over many pages and segments, reached only through interior pointers: a root deep inside
+// a large block (past its first 4 MiB), which points into the middle of every small block.
+constexpr std::size_t scattered_blocks = 3000;
+constexpr std::size_t large_block_bytes = std::size_t{8} << 20;
+char* volatile large_root = nullptr;
+
+[[gnu::noinline]] void build_a_scattered_heap(general_allocator& a) {
+  auto* table = static_cast<char**>(a.allocate(large_block_bytes));
+  std::memset(table, 0, large_block_bytes);
+  for (std::size_t i = 0; i < scattered_blocks; ++i) {
+    auto* block = static_cast<unsigned char*>(a.allocate(4000));
+    std::memset(block, 0x5a, 4000);  // numbers, no addresses
+    table[(std::size_t{5} << 20) / sizeof(char*) + i] = reinterpret_cast<char*>(block) + 1234;
+  }
+  large_root = reinterpret_cast<char*>(table) + (std::size_t{6} << 20) + 8;
+}
+
+[[gnu::noinline]] void free_the_scattered_heap(general_allocator& a, char* root) {
+  auto** table = reinterpret_cast<char**>(root - (std::size_t{6} << 20) - 8);
+  for (std::size_t i = 0; i < scattered_blocks; ++i) a.free(table[(std::size_t{5} << 20) / sizeof(char*) + i] - 1234);
+  a.free(table);
+}
+
+TEST(general_allocator_debug, leak_report_follows_interior_pointers_across_pages_segments_and_large_blocks) {
+  in_fresh_process([] {
+  general_allocator::leak_summary kept;
+  general_allocator::leak_summary lost;
+  std::size_t lost_count = 99;
+  std::size_t kept_count = 99;
+  const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
+    build_a_scattered_heap(a);
+    kept_count = a.report_leaks(a.current_options().report_fd, kept);
+    // Hidden, not cleared: the same heap, with no root left.
+    const auto hidden = reinterpret_cast<std::uintptr_t>(large_root) ^ 0xa5a5a5a5a5a5a5a5ull;
+    large_root = nullptr;
+    lost_count = a.report_leaks(a.current_options().report_fd, lost);
+    free_the_scattered_heap(a, reinterpret_cast<char*>(hidden ^ 0xa5a5a5a5a5a5a5a5ull));
+  });
+  EXPECT_EQ(kept_count, 0u) << text;
+  EXPECT_EQ(kept.reachable_blocks, scattered_blocks + 1) << text;
+  EXPECT_EQ(kept.definitely_lost_blocks + kept.indirectly_lost_blocks, 0u) << text;
+  // The scan's own tables (which hold every page's first address) are no roots: the large block
+  // is definitely lost, every small block indirectly.
+  EXPECT_EQ(lost_count, scattered_blocks + 1) << text;
+  EXPECT_EQ(lost.definitely_lost_blocks, 1u) << text;
+  EXPECT_EQ(lost.definitely_lost_bytes, large_block_bytes) << text;
+  EXPECT_EQ(lost.indirectly_lost_blocks, scattered_blocks) << text;
+  EXPECT_EQ(lost.indirectly_lost_bytes, scattered_blocks * 4000) << text;
+  EXPECT_EQ(lost.reachable_blocks, 0u) << text;
+  });
+}
+
 TEST(general_allocator_debug, leak_report_lists_reachable_blocks_on_request) {
   in_fresh_process([] {
   general_allocator::options o = debug_options();

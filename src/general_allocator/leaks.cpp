@@ -1,7 +1,7 @@
 // Debug mode's leak report: which live blocks can the process still reach?
 //
 // The scan is conservative, word by word, as LeakSanitizer's and memcheck's are. Roots: every
-// private writable mapping of the process (/proc/self/maps: the data segments of every loaded
+// private writable mapping of the process (os::process::for_each_region: the data segments of every loaded
 // object, every thread's stack and TLS, the loader's own allocations, memory a program maps for
 // itself), except the memory of memkit's allocators; the calling thread's stack only above the
 // report's own frame (below it lie dead frames and the scan's own variables) plus its registers;
@@ -17,13 +17,13 @@
 //
 // Never scanned: segment memory (its headers point at every page's first block; free blocks hold
 // stale copies), the quarantine ring, the debug records, and the scan's own tables. Foreign
-// ranges are read through process_vm_readv, so a range unmapped between reading the map and
-// scanning it is skipped instead of crashing the report.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
+// ranges are copied out by the os layer (os::process::read_memory), so a range unmapped between
+// reading the map and scanning it is skipped instead of crashing the report; memkit's own blocks
+// are read in place.
+//
+// The cost is one lookup per word that could be an address (see visit()): a range filter, then a
+// table indexed by the address's 4 MiB chunk, a page entry, a multiplication for the block index
+// and a mark byte, all in tables laid out for the scan.
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -31,6 +31,7 @@
 
 #include "internal.hpp"
 #include "memkit/detail/stack_trace.hpp"
+#include "../os/process.hpp"
 #include "memkit/os.hpp"
 #include "report.hpp"
 
@@ -193,19 +194,6 @@ bool suppressed(const char* suppressions, void* const* frames, std::size_t count
 // terabytes): never scanned.
 constexpr std::size_t largest_root_mapping = std::size_t{1} << 40;
 
-std::uintptr_t parse_hex(const char*& p, const char* end) noexcept {
-  std::uintptr_t v = 0;
-  for (; p < end; ++p) {
-    const char c = *p;
-    unsigned digit;
-    if (c >= '0' && c <= '9') digit = static_cast<unsigned>(c - '0');
-    else if (c >= 'a' && c <= 'f') digit = static_cast<unsigned>(c - 'a' + 10);
-    else break;
-    v = v * 16 + digit;
-  }
-  return v;
-}
-
 class leak_scanner {
  public:
   explicit leak_scanner(general_allocator::impl* im) noexcept : im_(im) {}
@@ -233,7 +221,12 @@ class leak_scanner {
     std::uint32_t base[max_pages_per_segment];  // index of each debug page's first mark
   };
   const segment_slot* slot_of(const segment* s) const noexcept;
+  // The lookup tables of visit(); false when they would be too large (the heap's segments lie
+  // too far apart), and visit_slow() then finds each block through the segment map.
+  bool build_lookup() noexcept;
   void visit(std::uintptr_t v) noexcept;
+  void visit_slow(std::uintptr_t v) noexcept;
+  void reach(const unsigned char* start, std::size_t size, std::uint8_t* mark) noexcept;
   void scan(const unsigned char* begin, const unsigned char* end) noexcept;
   void drain() noexcept;
   void scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexcept;
@@ -241,7 +234,6 @@ class leak_scanner {
   void scan_resident(std::uintptr_t begin, std::uintptr_t end) noexcept;
   void scan_other_instance(const segment* s) noexcept;
   void exclude(std::uintptr_t begin, std::uintptr_t end) noexcept;
-  bool read_maps() noexcept;
 
   general_allocator::impl* im_;
   std::uintptr_t lo_ = UINTPTR_MAX;  // bounds of this allocator's live debug blocks
@@ -263,9 +255,7 @@ class leak_scanner {
   address_range* excluded_ = nullptr;
   std::size_t excluded_count_ = 0;
   std::size_t excluded_capacity_ = 0;
-  scratch maps_memory_;
-  const char* maps_ = nullptr;
-  std::size_t maps_length_ = 0;
+  std::uintptr_t stack_low_ = 0;  // the calling thread's stack is scanned from here up
   scratch copy_memory_;
   unsigned char* copy_ = nullptr;
   static constexpr std::size_t copy_bytes = std::size_t{256} << 10;
@@ -273,6 +263,23 @@ class leak_scanner {
   // Phase 2: the mark newly reached blocks get, and the clique's leader (never re-marked).
   std::uint8_t new_mark_ = reachable;
   const unsigned char* leader_ = nullptr;
+  // visit()'s tables. A page entry per page slot of each segment with live debug blocks (a large
+  // span's slices share the span's entry), and one per large block.
+  struct page_entry {
+    std::uintptr_t start;      // the first block
+    std::uintptr_t limit;      // bytes from `start` that blocks cover; 0: no live debug page here
+    std::uint64_t reciprocal;  // block index = offset * reciprocal >> 64; 0 for a large block
+    std::uint32_t mark_base;   // index of the first block's mark
+    std::uint32_t block_size;  // 0 for a large block
+  };
+  // One word per 4 MiB chunk of [lo_, hi_): 0, or (index of the chunk's first entry + 1) << 8 |
+  // the shift from an offset in the chunk to its page slot (22 for a large block: one entry).
+  scratch chunks_memory_;
+  std::uint64_t* chunks_ = nullptr;
+  std::uintptr_t first_chunk_ = 0;
+  scratch entries_memory_;
+  page_entry* entries_ = nullptr;
+  const void** owners_ = nullptr;  // per entry: its page, or a large block's segment
 };
 
 template <class Visit>
@@ -387,7 +394,56 @@ bool leak_scanner::prepare() noexcept {
   copy_ = static_cast<unsigned char*>(copy_memory_.get(copy_bytes));
   excluded_capacity_ = 4096;
   excluded_ = static_cast<address_range*>(excluded_memory_.get(excluded_capacity_ * sizeof(address_range)));
-  return stack_ != nullptr && copy_ != nullptr && excluded_ != nullptr;
+  if (stack_ == nullptr || copy_ == nullptr || excluded_ == nullptr) return false;
+  (void)build_lookup();
+  return true;
+}
+
+bool leak_scanner::build_lookup() noexcept {
+  if (live_ == 0) return false;
+  first_chunk_ = lo_ >> segment_shift;
+  const std::size_t chunks = ((hi_ - 1) >> segment_shift) - first_chunk_ + 1;
+  constexpr std::size_t largest_table = std::size_t{1} << 21;  // 16 MiB of chunk words
+  if (chunks > largest_table) return false;
+  std::size_t segments = 0;
+  for (std::size_t i = 0; i < (std::size_t{1} << slot_bits_); ++i) segments += slots_[i].s != nullptr ? 1 : 0;
+  const std::size_t entries = segments * max_pages_per_segment + huge_count_;
+  chunks_ = static_cast<std::uint64_t*>(chunks_memory_.get(chunks * sizeof(std::uint64_t)));
+  auto* memory = static_cast<unsigned char*>(entries_memory_.get(entries * (sizeof(page_entry) + sizeof(void*))));
+  if (chunks_ == nullptr || memory == nullptr) {
+    chunks_ = nullptr;
+    return false;
+  }
+  entries_ = reinterpret_cast<page_entry*>(memory);
+  owners_ = reinterpret_cast<const void**>(memory + entries * sizeof(page_entry));
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < (std::size_t{1} << slot_bits_); ++i) {
+    const segment* s = slots_[i].s;
+    if (s == nullptr) continue;
+    const std::uintptr_t chunk = reinterpret_cast<std::uintptr_t>(s) >> segment_shift;
+    if (chunk < first_chunk_ || chunk - first_chunk_ >= chunks) continue;  // no live block in it
+    const std::size_t base = next;
+    next += max_pages_per_segment;
+    chunks_[chunk - first_chunk_] = (std::uint64_t{base + 1} << 8) | s->page_shift;
+    const std::size_t slots = std::min<std::size_t>(s->page_count, segment_size >> s->page_shift);
+    for (std::size_t j = 0; j < slots; ++j) {
+      const page* pg = &s->pages[j];
+      if (!pg->in_use && s->kind == segment_kind::large) pg = &s->pages[pg->span_head];
+      if (!pg->in_use || !pg->debug) continue;
+      entries_[base + j] = {reinterpret_cast<std::uintptr_t>(pg->start), std::uintptr_t{pg->capacity} * pg->block_size,
+                            pg->reciprocal, slots_[i].base[pg->index], static_cast<std::uint32_t>(pg->block_size)};
+      owners_[base + j] = pg;
+    }
+  }
+  for (std::size_t i = 0; i < huge_count_; ++i) {
+    const std::size_t k = next++;
+    entries_[k] = {huge_[i].begin, huge_[i].end - huge_[i].begin, 0, static_cast<std::uint32_t>(page_blocks_ + i), 0};
+    owners_[k] = huge_[i].s;
+    for (std::uintptr_t c = huge_[i].begin >> segment_shift; c <= (huge_[i].end - 1) >> segment_shift; ++c) {
+      chunks_[c - first_chunk_] = (std::uint64_t{k + 1} << 8) | segment_shift;
+    }
+  }
+  return true;
 }
 
 bool leak_scanner::find(std::uintptr_t v, const unsigned char*& start, std::uint8_t*& mark,
@@ -426,7 +482,43 @@ bool leak_scanner::find(std::uintptr_t v, const unsigned char*& start, std::uint
   return true;
 }
 
-void leak_scanner::visit(std::uintptr_t v) noexcept {
+// A block newly reached (not the clique's leader): marked, and queued to be scanned.
+void leak_scanner::reach(const unsigned char* start, std::size_t size, std::uint8_t* mark) noexcept {
+  if (start == leader_) return;
+  *mark = new_mark_;
+  __builtin_prefetch(start);
+  stack_[depth_++] = {start, size};
+}
+
+// The lookup of one word that lies in [lo_, hi_): no search, no division, no hash, only loads
+// from tables a few hundred KiB per GiB of heap.
+inline void leak_scanner::visit(std::uintptr_t v) noexcept {
+  if (chunks_ == nullptr) {
+    visit_slow(v);
+    return;
+  }
+  const std::uint64_t chunk = chunks_[(v >> segment_shift) - first_chunk_];
+  if (chunk == 0) return;
+  const std::size_t k = static_cast<std::size_t>(chunk >> 8) - 1 + ((v & segment_mask) >> (chunk & 0xff));
+  const page_entry& e = entries_[k];
+  const std::uintptr_t offset = v - e.start;
+  if (offset >= e.limit) return;
+  const auto index = static_cast<std::size_t>((static_cast<uint128>(offset) * e.reciprocal) >> 64);
+  std::uint8_t* mark = &marks_[e.mark_base + index];
+  const std::uint8_t m = *mark;
+  if (MEMKIT_LIKELY(m != unmarked && m != definitely_lost)) return;  // reached before, or not live
+  const auto* start = reinterpret_cast<const unsigned char*>(e.start + index * e.block_size);
+  if (m == unmarked) {
+    const std::size_t size = e.block_size != 0
+                                 ? std::size_t{record_of(static_cast<const page*>(owners_[k]), index)->requested}
+                                 : static_cast<const segment*>(owners_[k])->huge_requested;
+    reach(start, size, mark);
+  } else if (new_mark_ == indirectly_lost && start != leader_) {
+    *mark = indirectly_lost;  // an earlier clique's leader, reached from this one
+  }
+}
+
+void leak_scanner::visit_slow(std::uintptr_t v) noexcept {
   const unsigned char* start;
   std::uint8_t* mark;
   const debug_record* record;
@@ -434,9 +526,7 @@ void leak_scanner::visit(std::uintptr_t v) noexcept {
   if (!find(v, start, mark, record, large)) return;
   const std::uint8_t m = *mark;
   if (m == unmarked) {
-    if (start == leader_) return;
-    *mark = new_mark_;
-    stack_[depth_++] = {start, record != nullptr ? std::size_t{record->requested} : large->huge_requested};
+    reach(start, record != nullptr ? std::size_t{record->requested} : large->huge_requested, mark);
   } else if (m == definitely_lost && new_mark_ == indirectly_lost && start != leader_) {
     *mark = indirectly_lost;  // an earlier clique's leader, reached from this one
   }
@@ -447,6 +537,18 @@ void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) no
   const auto b = reinterpret_cast<std::uintptr_t>(end);
   const std::uintptr_t lo = lo_;
   const std::uintptr_t span = hi_ - lo_;
+  // Four words per branch: in most memory few words are addresses of blocks, and the filter then
+  // runs at the speed memory is read.
+  constexpr std::size_t group = 4 * sizeof(void*);
+  for (; a + group <= b; a += group) {
+    std::uintptr_t w[4];
+    std::memcpy(w, reinterpret_cast<const void*>(a), sizeof w);
+    const bool any = (w[0] - lo < span) | (w[1] - lo < span) | (w[2] - lo < span) | (w[3] - lo < span);
+    if (MEMKIT_LIKELY(!any)) continue;
+    for (const std::uintptr_t word : w) {
+      if (word - lo < span) visit(word);
+    }
+  }
   for (; a + sizeof(void*) <= b; a += sizeof(void*)) {
     std::uintptr_t word;
     std::memcpy(&word, reinterpret_cast<const void*>(a), sizeof word);
@@ -468,21 +570,20 @@ void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexce
     scan(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
     return;
   }
-  const pid_t self = ::getpid();
+  const std::size_t page = os::page_size();
   while (begin < end) {
     const std::size_t n = std::min<std::size_t>(end - begin, copy_bytes);
-    iovec local{copy_, n};
-    iovec remote{reinterpret_cast<void*>(begin), n};
-    const ssize_t got = ::process_vm_readv(self, &local, 1, &remote, 1, 0);
-    if (got > 0) {
-      scan(copy_, copy_ + got);
-      begin += static_cast<std::uintptr_t>(got);
-    } else if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
-      direct_reads_ = true;  // no process_vm_readv here: read in place
+    const auto got = os::process::read_memory(reinterpret_cast<const void*>(begin), copy_, n);
+    if (!got) {
+      direct_reads_ = true;  // no safe copy on this system: read in place
       scan(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
       return;
+    }
+    if (got.value() > 0) {
+      scan(copy_, copy_ + got.value());
+      begin += got.value();
     } else {
-      begin = (begin | 4095u) + 1;  // unreadable page: skip it
+      begin = (begin | (page - 1)) + 1;  // unreadable page: skip it
     }
   }
 }
@@ -536,33 +637,6 @@ void leak_scanner::scan_root_range(std::uintptr_t begin, std::uintptr_t end) noe
   }
 }
 
-// Reads /proc/self/maps into memory from the os layer (no malloc, no stdio).
-bool leak_scanner::read_maps() noexcept {
-  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  for (std::size_t capacity = std::size_t{1} << 20; capacity <= (std::size_t{256} << 20); capacity *= 4) {
-    auto* buffer = static_cast<char*>(maps_memory_.get(capacity));
-    if (buffer == nullptr) break;
-    if (::lseek(fd, 0, SEEK_SET) != 0) break;
-    std::size_t length = 0;
-    for (;;) {
-      const ssize_t n = ::read(fd, buffer + length, capacity - length);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      length += static_cast<std::size_t>(n);
-      if (length == capacity) break;
-    }
-    if (length < capacity) {
-      maps_ = buffer;
-      maps_length_ = length;
-      ::close(fd);
-      return true;
-    }
-  }
-  ::close(fd);
-  return false;
-}
-
 void leak_scanner::mark_reachable(const void* registers, std::size_t register_bytes, std::uintptr_t stack_low) noexcept {
   new_mark_ = reachable;
   leader_ = nullptr;
@@ -580,7 +654,7 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
       exclude(reinterpret_cast<std::uintptr_t>(s), reinterpret_cast<std::uintptr_t>(s) + s->reserved_bytes);
     }
   }
-  for (const scratch* own : {&huge_memory_, &stack_memory_, &excluded_memory_, &copy_memory_}) {
+  for (const scratch* own : {&huge_memory_, &stack_memory_, &excluded_memory_, &copy_memory_, &entries_memory_, &chunks_memory_}) {
     exclude(own->begin(), own->end());
   }
   exclude(reinterpret_cast<std::uintptr_t>(&segment_map[0]), reinterpret_cast<std::uintptr_t>(&segment_map[segment_map_words]));
@@ -608,35 +682,25 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
   // This thread's registers, then every writable private mapping.
   scan(static_cast<const unsigned char*>(registers), static_cast<const unsigned char*>(registers) + register_bytes);
   drain();
-  if (!read_maps()) return;
-  exclude(maps_memory_.begin(), maps_memory_.end());
   std::sort(excluded_, excluded_ + excluded_count_,
             [](const address_range& a, const address_range& b) { return a.begin < b.begin; });
-  const char* line = maps_;
-  const char* const maps_end = maps_ + maps_length_;
-  while (line < maps_end) {
-    const char* eol = static_cast<const char*>(std::memchr(line, '\n', static_cast<std::size_t>(maps_end - line)));
-    if (eol == nullptr) eol = maps_end;
-    const char* p = line;
-    std::uintptr_t begin = parse_hex(p, eol);
-    if (p < eol && *p == '-') ++p;
-    const std::uintptr_t end = parse_hex(p, eol);
-    if (p < eol && *p == ' ') ++p;
-    // "rw-p": readable, writable, private. Shared mappings are skipped (a truncated file would
-    // fault) and so are the kernel's special ones.
-    const bool candidate = eol - p >= 4 && p[0] == 'r' && p[1] == 'w' && p[3] == 'p';
-    const char* name = static_cast<const char*>(std::memchr(p, '[', static_cast<std::size_t>(eol - p)));
-    const bool special = name != nullptr && (std::strncmp(name, "[vvar", 5) == 0 || std::strncmp(name, "[vsyscall", 9) == 0);
-    if (candidate && !special && begin < end && end - begin <= largest_root_mapping) {
-      if (stack_low >= begin && stack_low < end) begin = stack_low & ~std::uintptr_t{7};  // this thread's stack
-      scan_resident(begin, end);
-    }
-    line = eol + 1;
-  }
+  stack_low_ = stack_low;
+  // Readable, writable, private. Shared mappings are skipped (a truncated file would fault).
+  (void)os::process::for_each_region(
+      [](const os::process::region& r, void* context) {
+        auto* self = static_cast<leak_scanner*>(context);
+        if (!r.readable || !r.writable || !r.is_private || r.end - r.begin > largest_root_mapping) return true;
+        std::uintptr_t begin = r.begin;
+        const std::uintptr_t low = self->stack_low_;
+        if (low >= begin && low < r.end) begin = low & ~std::uintptr_t{7};  // this thread's stack
+        self->scan_resident(begin, r.end);
+        return true;
+      },
+      this);
 }
 
 // Large mappings are mostly reservations never touched (arenas of other allocators, thread
-// stacks' unused depths): only their resident pages are scanned, found with mincore. A page
+// stacks' unused depths): only their resident pages are scanned (os::process::resident_pages). A page
 // never touched holds zeros; one swapped out is skipped too (a leak report on a machine that
 // swaps may then list a block that only such a page points to).
 void leak_scanner::scan_resident(std::uintptr_t begin, std::uintptr_t end) noexcept {
@@ -646,13 +710,13 @@ void leak_scanner::scan_resident(std::uintptr_t begin, std::uintptr_t end) noexc
     drain();
     return;
   }
-  constexpr std::size_t page = 4096;
+  const std::size_t page = os::page_size();
   constexpr std::size_t step = std::size_t{8} << 20;
-  unsigned char resident[step / page];
+  unsigned char resident[step / 4096];
   for (std::uintptr_t chunk = begin & ~(page - 1); chunk < end; chunk += step) {
     const std::uintptr_t chunk_end = std::min<std::uintptr_t>(end, chunk + step);
     const std::size_t pages = (chunk_end - chunk + page - 1) / page;
-    if (::mincore(reinterpret_cast<void*>(chunk), chunk_end - chunk, resident) != 0) {
+    if (!os::process::resident_pages(reinterpret_cast<const void*>(chunk), chunk_end - chunk, resident)) {
       scan_root_range(std::max(chunk, begin), chunk_end);  // cannot tell: scan it all
       drain();
       continue;
