@@ -294,11 +294,26 @@ TEST(general_allocator_debug, leak_report_classifies_by_reachability_and_groups_
   });
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool under_address_sanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool under_address_sanitizer = true;
+#else
+constexpr bool under_address_sanitizer = false;
+#endif
+#else
+constexpr bool under_address_sanitizer = false;
+#endif
+
 // A heap over many pages and segments, reached only through interior pointers: a root deep inside
 // a large block (past its first 4 MiB), which points into the middle of every small block.
 constexpr std::size_t scattered_blocks = 3000;
 constexpr std::size_t large_block_bytes = std::size_t{8} << 20;
-char* volatile large_root = nullptr;
+// The only root, as an address: hidden by flipping its bits in place, so that no copy of the
+// address is left in a frame or register of the test when the report runs.
+volatile std::uintptr_t large_root = 0;
+constexpr std::uintptr_t hiding_mask = 0xa5a5a5a5a5a5a5a5ull;
 
 [[gnu::noinline]] void build_a_scattered_heap(general_allocator& a) {
   auto* table = static_cast<char**>(a.allocate(large_block_bytes));
@@ -308,16 +323,30 @@ char* volatile large_root = nullptr;
     std::memset(block, 0x5a, 4000);  // numbers, no addresses
     table[(std::size_t{5} << 20) / sizeof(char*) + i] = reinterpret_cast<char*>(block) + 1234;
   }
-  large_root = reinterpret_cast<char*>(table) + (std::size_t{6} << 20) + 8;
+  large_root = reinterpret_cast<std::uintptr_t>(table) + (std::size_t{6} << 20) + 8;
 }
 
-[[gnu::noinline]] void free_the_scattered_heap(general_allocator& a, char* root) {
-  auto** table = reinterpret_cast<char**>(root - (std::size_t{6} << 20) - 8);
+// Zeroes the stack below the caller, where the dead frames of build_a_scattered_heap and of the
+// allocator lie: the report's frame is laid over them, and a slot it leaves unwritten (an ASan
+// redzone, padding) would still hold a block's address.
+[[gnu::noinline]] void scrub_dead_frames() {
+  volatile unsigned char area[32 << 10];
+  for (auto& byte : area) byte = 0;
+}
+
+[[gnu::noinline]] void free_the_scattered_heap(general_allocator& a) {
+  auto** table = reinterpret_cast<char**>(large_root - (std::size_t{6} << 20) - 8);
+  large_root = 0;
   for (std::size_t i = 0; i < scattered_blocks; ++i) a.free(table[(std::size_t{5} << 20) / sizeof(char*) + i] - 1234);
   a.free(table);
 }
 
 TEST(general_allocator_debug, leak_report_follows_interior_pointers_across_pages_segments_and_large_blocks) {
+  if (drop_in_preloaded()) {
+    // As for the test above: a stale copy of the large block's address in the drop-in's heap
+    // (about one run in four) reaches the whole heap.
+    GTEST_SKIP() << "exact leak counts are checked without a preloaded malloc";
+  }
   in_fresh_process([] {
   general_allocator::leak_summary kept;
   general_allocator::leak_summary lost;
@@ -325,18 +354,30 @@ TEST(general_allocator_debug, leak_report_follows_interior_pointers_across_pages
   std::size_t kept_count = 99;
   const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
     build_a_scattered_heap(a);
+    scrub_dead_frames();
     kept_count = a.report_leaks(a.current_options().report_fd, kept);
     // Hidden, not cleared: the same heap, with no root left.
-    const auto hidden = reinterpret_cast<std::uintptr_t>(large_root) ^ 0xa5a5a5a5a5a5a5a5ull;
-    large_root = nullptr;
+    large_root = large_root ^ hiding_mask;
+    scrub_dead_frames();
     lost_count = a.report_leaks(a.current_options().report_fd, lost);
-    free_the_scattered_heap(a, reinterpret_cast<char*>(hidden ^ 0xa5a5a5a5a5a5a5a5ull));
+    large_root = large_root ^ hiding_mask;
+    free_the_scattered_heap(a);
   });
   EXPECT_EQ(kept_count, 0u) << text;
   EXPECT_EQ(kept.reachable_blocks, scattered_blocks + 1) << text;
   EXPECT_EQ(kept.definitely_lost_blocks + kept.indirectly_lost_blocks, 0u) << text;
   // The scan's own tables (which hold every page's first address) are no roots: the large block
   // is definitely lost, every small block indirectly.
+  if (under_address_sanitizer) {
+    // AddressSanitizer's frame of report_leaks keeps slots (redzones) that nothing writes, over
+    // the dead frames of the allocator: a stale address or two of the last small blocks are found
+    // there and make those blocks reachable. The scan's tables as roots would reach hundreds.
+    EXPECT_EQ(lost.definitely_lost_blocks, 1u) << text;
+    EXPECT_EQ(lost.definitely_lost_bytes, large_block_bytes) << text;
+    EXPECT_LE(lost.reachable_blocks, 8u) << text;
+    EXPECT_EQ(lost.indirectly_lost_blocks + lost.reachable_blocks, scattered_blocks) << text;
+    return;
+  }
   EXPECT_EQ(lost_count, scattered_blocks + 1) << text;
   EXPECT_EQ(lost.definitely_lost_blocks, 1u) << text;
   EXPECT_EQ(lost.definitely_lost_bytes, large_block_bytes) << text;
