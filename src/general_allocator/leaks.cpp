@@ -340,6 +340,7 @@ bool leak_scanner::prepare() noexcept {
   std::sort(huge_, huge_ + huge_count_, [](const huge_block& a, const huge_block& b) { return a.begin < b.begin; });
   // One slot per segment with debug pages, one mark per block carved from them.
   std::size_t segments = 0;
+  std::size_t record_ranges = 0;
   for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     for (segment* s = h->segments; s != nullptr; s = s->next) {
       bool any = false;
@@ -348,6 +349,7 @@ bool leak_scanner::prepare() noexcept {
         if (!pg.in_use || !pg.debug) continue;
         any = true;
         page_blocks_ += pg.capacity;
+        record_ranges += pg.records != nullptr ? 1 : 0;
       }
       segments += any ? 1 : 0;
     }
@@ -395,7 +397,7 @@ bool leak_scanner::prepare() noexcept {
   }
   stack_ = static_cast<pending_block*>(stack_memory_.get((live_ + 1) * sizeof(pending_block)));
   copy_ = static_cast<unsigned char*>(copy_memory_.get(copy_bytes));
-  excluded_capacity_ = 4096;
+  excluded_capacity_ = 4096 + record_ranges;  // memkit's own ranges, and each page's records
   excluded_ = static_cast<address_range*>(excluded_memory_.get(excluded_capacity_ * sizeof(address_range)));
   if (stack_ == nullptr || copy_ == nullptr || excluded_ == nullptr) return false;
   (void)build_lookup();
@@ -661,6 +663,18 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
     exclude(own->begin(), own->end());
   }
   exclude(reinterpret_cast<std::uintptr_t>(&segment_map[0]), reinterpret_cast<std::uintptr_t>(&segment_map[segment_map_words]));
+  // The debug records (stack traces and sizes, mapped per page): no roots, and in a heap of small
+  // blocks more bytes than the blocks themselves.
+  for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        const page& pg = s->pages[i];
+        if (!pg.in_use || !pg.debug || pg.records == nullptr) continue;
+        const auto records = reinterpret_cast<std::uintptr_t>(pg.records);
+        exclude(records, records + pg.records_bytes);
+      }
+    }
+  }
   // Blocks from before debug mode: roots.
   for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     for (segment* s = h->segments; s != nullptr; s = s->next) {
