@@ -2,10 +2,11 @@
 // allocation-site tracking and its report, and trim().
 #include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "internal.hpp"
@@ -194,6 +195,28 @@ block_heap_validation block_heap::validate() const {
   return result;
 }
 
+namespace {
+
+// True when the `size` bytes at p all equal `value`, compared eight at a time (validate() runs
+// this over every freed slot of a heap with fill patterns).
+bool all_bytes_are(const std::byte* p, std::size_t size, std::byte value) noexcept {
+  const std::uint64_t word = 0x0101010101010101ull * static_cast<std::uint8_t>(value);
+  std::uint64_t difference = 0;
+  std::size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    std::uint64_t chunk;
+    std::memcpy(&chunk, p + i, sizeof chunk);
+    difference |= chunk ^ word;
+  }
+  for (; i < size; ++i) difference |= static_cast<std::uint8_t>(p[i] ^ value);
+  return difference == 0;
+}
+
+}  // namespace
+
+// One pass over the tags (O(blocks), plus O(slots) for each sub-block page), one over the
+// free-run lists and bitmap (O(blocks)), one over the partial-page lists; two scratch arrays and
+// no other allocation, so that a program (or a fuzzer) can afford it after every operation.
 std::string block_heap::validate_locked() const {
   if (block_count_ == 0) return {};
   auto at = [](const char* what, std::size_t block) {
@@ -202,8 +225,12 @@ std::string block_heap::validate_locked() const {
   const std::size_t n = block_count_;
 
   // 1. The runs tile the region; heads and tails agree; no two free runs touch; counters add up.
-  std::unordered_map<std::uint32_t, std::size_t> free_count;
-  std::size_t free_blocks = 0, runs = 0, small_live = 0, small_pages = 0;
+  // listing[b]: 1 for the first block of a free run that must be in a free-run list (every free
+  // run but the top one), 2 once the list walk below has found it there.
+  std::vector<std::uint8_t> listing(n, 0);
+  std::vector<std::uint8_t> seen;  // free slots of the page being checked
+  std::size_t free_blocks = 0, runs = 0, small_live = 0, small_pages = 0, free_runs = 0;
+  std::size_t partial_expected = 0;
   std::size_t empty_pages[size_class_count]{};
   bool previous_free = false;
   for (std::size_t i = 0; i < n;) {
@@ -214,21 +241,20 @@ std::string block_heap::validate_locked() const {
       const size_class& c = classes_[t.size_class];
       if (t.used > t.bump || t.bump > c.slots) return at("sub-block page counts out of range", i);
       // Free slots: every one below bump, no repeats, as many as bump - used.
-      std::vector<bool> seen(c.slots, false);
+      seen.assign(c.slots, 0);
       std::size_t free_slots = 0;
       const std::byte* page = base_ + (i << block_shift_);
       for (std::uint32_t offset = t.free_slot; offset != npos; offset = read_link(page + offset)) {
         const std::uint32_t s = offset / c.slot_bytes;
-        if (offset % c.slot_bytes != 0 || s >= t.bump || seen[s])
+        if (offset % c.slot_bytes != 0 || s >= t.bump || seen[s] != 0)
           return at("sub-block free-slot list is corrupt", i);
-        seen[s] = true;
+        seen[s] = 1;
         if (++free_slots > c.slots) return at("sub-block free-slot list loops", i);
         if (options_.fill_patterns) {
           const std::byte* slot = page + std::size_t{s} * c.slot_bytes;
           MEMKIT_UNPOISON(slot, c.slot_bytes);
-          bool intact = true;
-          for (std::size_t b = sizeof(std::uint32_t); b < c.slot_bytes; ++b)
-            intact = intact && slot[b] == static_cast<std::byte>(freed_fill);
+          const bool intact = all_bytes_are(slot + sizeof(std::uint32_t), c.slot_bytes - sizeof(std::uint32_t),
+                                            static_cast<std::byte>(freed_fill));
           MEMKIT_POISON(slot, c.slot_bytes);
           if (!intact) return at("a freed sub-block slot was written after it was freed", i);
         }
@@ -236,7 +262,7 @@ std::string block_heap::validate_locked() const {
       if (free_slots != t.bump - t.used) return at("sub-block free-slot count differs from bump - used", i);
       if (options_.guard_bytes != 0) {
         for (std::uint32_t s = 0; s < t.bump; ++s) {
-          if (seen[s]) continue;
+          if (seen[s] != 0) continue;
           const std::byte* slot = page + std::size_t{s} * c.slot_bytes;
           std::uint32_t requested;
           std::memcpy(&requested, slot + c.slot_bytes - sizeof requested, sizeof requested);
@@ -248,6 +274,7 @@ std::string block_heap::validate_locked() const {
         }
       }
       if (t.used == 0) ++empty_pages[t.size_class];
+      if (t.used < c.slots) ++partial_expected;
       small_live += t.used;
       ++small_pages;
       ++runs;
@@ -274,7 +301,8 @@ std::string block_heap::validate_locked() const {
       if (i + length == n) {
         if (top_ != i) return at("the free run at the end of the region is not the top run", i);
       } else {
-        ++free_count[static_cast<std::uint32_t>(length)];
+        listing[i] = 1;
+        ++free_runs;
       }
     } else {
       previous_free = false;
@@ -303,31 +331,24 @@ std::string block_heap::validate_locked() const {
   if (runs - small_pages + small_live != total_allocations_ - total_frees_)
     return "allocation and free counters differ from the live blocks";
 
-  // 2. Each free-run list holds exactly the free runs of its length, doubly linked; the bitmap's
-  //    bits are set exactly for non-empty lists, at every level.
+  // 2. Each free-run list holds exactly the free runs of its length (their first blocks), doubly
+  //    linked; the bitmap's bits are set exactly for non-empty lists, at every level.
   std::size_t listed = 0;
   for (std::size_t length = 1; length <= n; ++length) {
     std::uint32_t head = heads_[length - 1];
     const bool bit = bitmap_[0][(length - 1) / 64] >> ((length - 1) % 64) & 1;
     if (bit != (head != npos)) return "run-length bitmap disagrees with list of length " + std::to_string(length);
-    std::size_t count = 0;
     std::uint32_t previous = npos;
     for (std::uint32_t b = head; b != npos; b = tags_[b].next) {
-      if (b >= n || tags_[b].state != tag_free || tags_[b].length != length)
+      if (b >= n || tags_[b].state != tag_free || tags_[b].length != length || listing[b] == 0)
         return "free list of length " + std::to_string(length) + " holds a block that is not such a run";
+      if (listing[b] == 2) return "free list of length " + std::to_string(length) + " misses or repeats runs";
+      listing[b] = 2;
       if (tags_[b].prev != previous) return "free list of length " + std::to_string(length) + " has a broken back link";
       previous = b;
-      if (++count > n) return "free list of length " + std::to_string(length) + " loops";
-    }
-    if (count != 0) {
-      auto it = free_count.find(static_cast<std::uint32_t>(length));
-      if (it == free_count.end() || it->second != count)
-        return "free list of length " + std::to_string(length) + " misses or repeats runs";
-      listed += count;
+      ++listed;
     }
   }
-  std::size_t free_runs = 0;
-  for (auto& [length, count] : free_count) free_runs += count;
   if (listed != free_runs) return "some free runs are in no free list";
   for (int level = 1; level < levels_; ++level) {
     for (std::size_t w = 0; w < bitmap_words_[level - 1]; ++w) {
@@ -338,7 +359,7 @@ std::string block_heap::validate_locked() const {
 
   // 3. Partial-page lists hold exactly the pages with a free or never-used slot; at most one
   //    empty page is kept per class.
-  std::size_t partial_total = 0, partial_expected = 0;
+  std::size_t partial_total = 0;
   for (std::size_t ci = 0; ci < size_class_count; ++ci) {
     const size_class& c = classes_[ci];
     std::uint32_t previous = npos;
@@ -356,8 +377,6 @@ std::string block_heap::validate_locked() const {
                                  tags_[c.empty_page].used != 0 || tags_[c.empty_page].size_class != ci))
       return "kept empty page of a size class is not an empty page of that class";
   }
-  for (std::size_t i = 0; i < n; ++i)
-    if (tags_[i].state == tag_sub_block && tags_[i].used < classes_[tags_[i].size_class].slots) ++partial_expected;
   if (partial_total != partial_expected) return "a page with free slots is missing from its partial-page list";
 
   // 4. Site tracking accounts for every live allocation.
