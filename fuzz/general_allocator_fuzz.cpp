@@ -120,6 +120,11 @@ struct harness {
   // reallocated block, so multi-megabyte blocks there cost milliseconds each: its inputs ask for
   // at most 512 KiB, and the other inputs cover the large blocks.
   std::size_t large;
+  // Largest successful calloc or realloc, whose sizes are products: zeroing a reused block, debug
+  // mode's fill of a new one and a C realloc's populating of the pages a large block grows by each
+  // touch every page, and products of hundreds of megabytes took most of the harness's time.
+  // Requests beyond it that must fail (overflow, beyond max_allocation_size) are still made.
+  std::size_t largest_product;
 
   std::size_t usable(void* p) const { return g.usable_size(p); }
 
@@ -131,6 +136,11 @@ struct harness {
   }
 
   void* pick(input& in) { return model.empty() ? nullptr : model.nth(in.below(model.count())); }
+
+  // A size for a request whose every byte is written before it returns (calloc, allocate_zeroed:
+  // each page of a fresh block is a fault): as in.size(), but one in eight large draws reaches
+  // `large`, the others an eighth of it.
+  std::size_t zeroed_size(input& in) { return in.size(in.below(8) == 0 ? large : large / 8); }
 
   // A size for a C request: ordinary, or one of the values near the limits.
   std::size_t c_size(input& in) {
@@ -152,12 +162,14 @@ struct harness {
         return;
       }
       case 2: {  // calloc
-        const std::size_t count = in.coin() ? in.below(300) : c_size(in);
-        const std::size_t size = in.below(4) == 0 ? c_size(in) : in.below(65);
+        // Products distributed as zeroed_size's, and now and then any count and size (overflows,
+        // edges): calloc zeroes what it returns, so its cost is its size.
+        const bool any = in.below(8) == 0;
+        const std::size_t size = any && in.coin() ? c_size(in) : in.below(65);
+        const std::size_t count = any ? c_size(in) : size == 0 ? in.below(300) : zeroed_size(in) / size + in.below(2);
         std::size_t bytes = 0;
         const bool overflows = __builtin_mul_overflow(count, size, &bytes);
-        // Zeroing gigabytes of reused memory is right but slow: keep successful requests small.
-        if (!overflows && bytes > (std::size_t{64} << 20) && bytes <= general_allocator::max_allocation_size) return;
+        if (!overflows && bytes > largest_product && bytes <= general_allocator::max_allocation_size) return;
         void* p = c.calloc(count, size);
         if (overflows) MEMKIT_FUZZ_CHECK(p == nullptr && errno == ENOMEM);
         if (p == nullptr) return;
@@ -178,6 +190,7 @@ struct harness {
         }
         bool overflows = false;
         if (array) overflows = __builtin_mul_overflow(count, element, &size);
+        if (!overflows && size > largest_product && size <= general_allocator::max_allocation_size) return;
         const std::size_t old_size = p == nullptr ? 0 : model.at(p).size;
         if (p != nullptr) model.check_contents(p);
         void* q = array ? c.reallocarray(p, count, element) : c.realloc(p, size);
@@ -285,10 +298,12 @@ struct harness {
             return;
           }
           case 1: {
-            auto* p = static_cast<unsigned char*>(g.allocate_zeroed(size, alignment));
+            // Seven in eight large requests shrink to an eighth of `large` (see zeroed_size).
+            const std::size_t bytes = size <= large / 8 || in.below(8) == 0 ? size : in.below(large / 8 + 1);
+            auto* p = static_cast<unsigned char*>(g.allocate_zeroed(bytes, alignment));
             if (p == nullptr) return;
-            MEMKIT_FUZZ_CHECK(memkit::fuzzing::zeroed(p, size));
-            added(p, size, alignment);
+            MEMKIT_FUZZ_CHECK(memkit::fuzzing::zeroed(p, bytes));
+            added(p, bytes, alignment);
             return;
           }
           default: {
@@ -381,7 +396,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   options.retained_limit = in.below(4) == 0 ? 0 : std::size_t{64} << 20;
   general_allocator g(options);
   harness h{g, {g}, {}, options.debug, options.debug && options.quarantine_bytes != 0,
-            options.debug ? std::size_t{512} << 10 : std::size_t{4} << 20};
+            options.debug ? std::size_t{512} << 10 : std::size_t{4} << 20,
+            options.debug ? std::size_t{512} << 10 : std::size_t{8} << 20};
   while (!in.empty()) {
     h.step(in);
     h.check_statistics();

@@ -5,6 +5,7 @@
 // outside the committed range, or memory handed out twice show up as a mismatch; under ASan (always
 // on for fuzzers) every block handed out must be wholly unpoisoned, and touching a block after
 // rewind/reset is reported by the arena's poisoning.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -171,7 +172,14 @@ void fuzz_dyn_array(reader& in) {
         }
         break;
       default: {
-        const std::size_t n = in.next(static_cast<std::uint32_t>(max_size + 1));
+        // Mostly a step of up to a few commit steps from the current size (every element a resize
+        // adds is written, and it is compared after every step); one in eight anywhere up to the
+        // maximum.
+        const std::size_t n =
+            in.next(8) == 0 ? in.next(static_cast<std::uint32_t>(max_size + 1))
+                            : std::min(max_size, model.size() > 2048 && in.next(2) == 0
+                                                     ? model.size() - in.next(2049)
+                                                     : model.size() + in.next(4097));
         a.resize(n, 7);
         model.resize(n, 7);
         if (in.next(4) == 0) a.shrink_to_fit();
@@ -179,7 +187,9 @@ void fuzz_dyn_array(reader& in) {
       }
     }
     check(a.size() == model.size() && a.capacity() <= max_size && a.data() == data);
-    check(std::equal(a.begin(), a.end(), model.begin()));
+    // One memcmp, not an element-by-element loop whose every comparison the fuzzer traces (that loop
+    // was a quarter of this harness's time).
+    check(model.empty() || std::memcmp(a.data(), model.data(), model.size() * sizeof(std::uint32_t)) == 0);
   }
 }
 
