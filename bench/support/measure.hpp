@@ -149,6 +149,29 @@ class log_histogram {
   std::uint64_t max_ = 0;
 };
 
+// What one measured phase of a process cost in memory: its peak resident size net of a baseline
+// and the page faults it took. Start one with begin_memory_phase() right before the phase (it
+// resets the kernel's high-water mark, so the peak read at the end is the phase's own) and read
+// it with end_memory_phase() right after.
+struct memory_phase {
+  double baseline_rss = 0;     // bytes resident when the phase began
+  double peak_rss = 0;         // bytes, the high-water mark during the phase (VmHWM)
+  double minor_faults = 0;     // ru_minflt taken during the phase
+  bool peak_is_phase_own = false;  // false: the kernel refused the reset, the peak may be older
+  double start_faults = 0;
+  // The peak net of `baseline` (bytes resident before whatever work is to be charged), never
+  // below zero.
+  double peak_over(double baseline) const noexcept { return peak_rss > baseline ? peak_rss - baseline : 0; }
+  // The peak net of the resident size when the phase began.
+  double growth() const noexcept { return peak_over(baseline_rss); }
+};
+// Bytes resident now (VmRSS), 0 when unknown.
+double resident_bytes() noexcept;
+// Resets the high-water mark and records the baseline and the fault count.
+memory_phase begin_memory_phase() noexcept;
+// Reads the high-water mark and the faults taken since begin_memory_phase().
+void end_memory_phase(memory_phase& phase) noexcept;
+
 // "12.3 MiB", "512 B": bytes for people.
 std::string format_bytes(double bytes);
 // "1.23 ms", "45 ns": durations for people.

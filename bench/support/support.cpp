@@ -52,6 +52,49 @@ int register_suite(suite s) {
 
 const std::vector<suite>& registered_suites() { return registry(); }
 
+namespace {
+// A "Name:   1234 kB" line of /proc/self/status, in bytes; 0 when missing.
+double status_bytes(const char* name) noexcept {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  double bytes = 0;
+  const std::size_t length = std::strlen(name);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, name, length) == 0 && line[length] == ':') {
+      bytes = std::strtod(line + length + 1, nullptr) * 1024.0;
+      break;
+    }
+  }
+  std::fclose(f);
+  return bytes;
+}
+
+double minor_faults_now() noexcept {
+  rusage usage{};
+  return ::getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<double>(usage.ru_minflt) : 0;
+}
+}  // namespace
+
+double resident_bytes() noexcept { return status_bytes("VmRSS"); }
+
+memory_phase begin_memory_phase() noexcept {
+  memory_phase phase;
+  // Writing 5 to clear_refs resets VmHWM to the current resident size (Linux 4.0 and later).
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    const bool written = std::fputs("5", f) >= 0;
+    phase.peak_is_phase_own = std::fclose(f) == 0 && written;
+  }
+  phase.baseline_rss = resident_bytes();
+  phase.start_faults = minor_faults_now();
+  return phase;
+}
+
+void end_memory_phase(memory_phase& phase) noexcept {
+  phase.minor_faults = minor_faults_now() - phase.start_faults;
+  phase.peak_rss = std::max(status_bytes("VmHWM"), resident_bytes());
+}
+
 figure peer_figure(std::string name, std::string subject, std::string peer, double ratio, double low,
                    double high, double target, std::string quantity) {
   figure f{std::move(name), ratio, std::string(">="), target, std::string("x")};
@@ -194,6 +237,14 @@ malloc_peer peer(const char* name, const char* path) {
 }  // namespace
 
 malloc_peer memkit_malloc() { return peer("memkit (LD_PRELOAD)", MEMKIT_BENCH_MEMKIT_MALLOC); }
+
+const char* const glibc_tunables =
+    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456:"
+    "glibc.malloc.top_pad=16777216:glibc.malloc.tcache_count=256";
+
+malloc_peer glibc_tuned() {
+  return malloc_peer{"glibc (tuned)", "", true, {std::string("GLIBC_TUNABLES=") + glibc_tunables}};
+}
 
 std::vector<malloc_peer> malloc_peers() {
   return {

@@ -23,6 +23,20 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 PLOTTED = {"reserve-commit", "block-heap", "small-vector", "vector-growth", "gpa-degen", "malloc-workloads",
            "real-programs"}
 
+# Plots a suite must show when its rows hold what they draw: {suite: [(plot id, row predicate)]}.
+def _process(r, kind):
+    return r.get("parameters", {}).get("process") == kind
+
+
+REQUIRED_PLOTS = {
+    "malloc-workloads": [("ratios-time", lambda r: _process(r, "warm")),
+                         ("ratios-peak_rss", lambda r: _process(r, "warm")),
+                         ("ratios-minor_faults", lambda r: _process(r, "warm")),
+                         ("ratios-time-fresh", lambda r: _process(r, "fresh"))],
+    "block-heap": [("sizes", lambda r: r.get("experiment") == "sizes"),
+                   ("exhaustion", lambda r: r.get("experiment") == "exhaustion")],
+}
+
 
 def run_chromium(chromium, page, extra, timeout=120):
     with tempfile.TemporaryDirectory(prefix="memkit-report-check-") as profile:
@@ -67,6 +81,10 @@ def main(argv):
             continue
         if name in PLOTTED and s.get("rows") and 'class="plot"' not in section:
             problems.append(f"missing plot for suite {name} ({len(s['rows'])} rows recorded)")
+        for plot_id, wanted in REQUIRED_PLOTS.get(name, []):
+            if any(wanted(r) and r.get("metrics") for r in s.get("rows", [])) and \
+                    f'id="plot-{name}-{plot_id}"' not in section:
+                problems.append(f"missing plot {plot_id} for suite {name}")
     if args.screenshot:
         shot = run_chromium(args.chromium, page, ["--window-size=1200,4000", f"--screenshot={args.screenshot}"])
         if shot.returncode != 0:

@@ -277,12 +277,20 @@ def plot_reserve_commit(plots, s):
             plt.close(fig)
 
 
+def warm_rows(rows):
+    """The warm-process rows where a suite measured both kinds (results without a "process"
+    parameter measured fresh processes only and are kept whole)."""
+    if any(r.get("parameters", {}).get("process") == "warm" for r in rows):
+        return [r for r in rows if r.get("parameters", {}).get("process") == "warm"]
+    return rows
+
+
 def plot_block_heap(plots, s):
     for experiment, x, caption in (("exhaustion", "repetitions", "Test 2 (exhaustion): time per allocate+free "
-                                    "against repetitions."),
+                                    "against repetitions, in warm processes (the heap served a mixed phase first)."),
                                    ("worst-case", "repetitions", "Test 3 (worst case): time per allocate+free "
                                     "against repetitions, per region size.")):
-        rows = rows_of(s, experiment)
+        rows = warm_rows(rows_of(s, experiment))
         data = series(rows, x, "alloc+free")
         if experiment == "worst-case":
             data = defaultdict(list)
@@ -296,8 +304,9 @@ def plot_block_heap(plots, s):
             for k in data:
                 data[k].sort()
         line_plot(plots, s["name"], experiment, caption, data, x, "time per allocate+free (ns)")
-    rows = rows_of(s, "sizes")
-    line_plot(plots, s["name"], "sizes", "Test 1 (sizes): time per allocate+free (loop) against the request size.",
+    rows = warm_rows(rows_of(s, "sizes"))
+    line_plot(plots, s["name"], "sizes", "Test 1 (sizes): time per allocate+free (loop) against the request size, "
+              "in warm processes (the heap served a mixed phase first).",
               series(rows, "size", "alloc+free (loop)"), "request size (bytes)", "time per allocate+free (ns)")
 
 
@@ -332,7 +341,9 @@ def peer_ratio_groups(rows, group_key, metric_name, memkit_subject_pred):
     by_group = defaultdict(dict)
     for r in rows:
         g = (r.get("parameters", {}).get(group_key) if group_key else None) or r.get("experiment")
-        m = metric(r, metric_name)
+        m = None
+        for name in (metric_name,) if isinstance(metric_name, str) else metric_name:
+            m = m or metric(r, name)
         if m is None or m.get("value") in (None, 0):
             continue
         by_group[g][r["subject"]] = m
@@ -357,14 +368,18 @@ def peer_ratio_groups(rows, group_key, metric_name, memkit_subject_pred):
 
 
 def plot_malloc_workloads(plots, s):
-    # Time from warm processes, memory from fresh ones, as the suite's figures (older results have
-    # no "process" parameter).
+    # The quoted figures come from warm processes (time, peak RSS net of the process baseline, minor
+    # faults); fresh processes are drawn for comparison. Older results have no "process" parameter.
     pred = lambda k: k.startswith("memkit (LD_PRELOAD)")  # noqa: E731
-    for metric_name, label, quantity, process in (("time", "time", "time", "warm"),
-                                                  ("peak_rss", "peak RSS growth", "memory", "fresh")):
+    time_metrics = ("time", "time_per_free")
+    for name, metric_name, label, quantity, process in (
+            ("ratios-time", time_metrics, "time", "time", "warm"),
+            ("ratios-peak_rss", "peak_rss", "peak RSS net of the process baseline", "memory", "warm"),
+            ("ratios-minor_faults", "minor_faults", "minor page faults", "memory", "warm"),
+            ("ratios-time-fresh", time_metrics, "time", "time", "fresh")):
         rows = [r for r in rows_of(s) if r.get("parameters", {}).get("process", process) == process]
         groups = peer_ratio_groups(rows, None, metric_name, pred)
-        ratio_bars(plots, s["name"], "ratios-" + metric_name,
+        ratio_bars(plots, s["name"], name,
                    f"Allocator workloads in {process} processes: peer / memkit {label} (drop-in, LD_PRELOAD); bars above 1: memkit "
                    f"{'faster' if quantity == 'time' else 'smaller'}. Whiskers: min-max over repetitions where stored.",
                    groups, f"peer / memkit {label}")
