@@ -126,8 +126,11 @@ void run(context& ctx) {
   const std::string dropin_missing = "libmemkit_malloc.so not built";
 
   std::vector<subject> subjects;
-  for (auto& peer : malloc_peers())
+  for (auto& peer : malloc_peers()) {
     subjects.push_back({peer.name, "malloc", peer.environment(), peer.installed, "not installed"});
+    // glibc at its best reasonable configuration beside its defaults (bench/support/peers.hpp).
+    if (peer.name == "glibc") subjects.push_back({glibc_tuned().name, "malloc", glibc_tuned().environment(), true, ""});
+  }
   subjects.push_back({dropin_peer.name, "malloc", {preload}, have_dropin, dropin_missing});
   subjects.push_back({"memkit (C++ API)", "memkit", {}, true, ""});
   // Debug mode through the drop-in, as `memkit-run --debug` runs a program. No leak report: the
@@ -225,6 +228,16 @@ void run(context& ctx) {
                           mimalloc->large_low / dropin->large_high, mimalloc->large_high / dropin->large_low, 1.0));
   else
     ctx.note("memkit vs mimalloc not compared: one of them is missing");
+  for (const char* peer : {"glibc", "glibc (tuned)", "jemalloc", "tcmalloc"}) {
+    const measurement* m = find(peer);
+    if (m == nullptr || dropin == nullptr) continue;
+    const double ratio = m->large_rounds_ns / dropin->large_rounds_ns;
+    char text[240];
+    std::snprintf(text, sizeof text, "%s / memkit (LD_PRELOAD), per-op time at %s rounds: %.3gx (%.3g-%.3g), %s", peer,
+                  large.c_str(), ratio, m->large_low / dropin->large_high, m->large_high / dropin->large_low,
+                  ratio >= 1 ? "memkit faster" : "memkit slower");
+    ctx.note(text);
+  }
   if (auto* debug = find("memkit debug, capture off"); debug != nullptr && dropin != nullptr)
     ctx.check({"debug (all checks, capture off) vs release, per-op time at " + large + " rounds",
                debug->large_rounds_ns / dropin->large_rounds_ns, "<=", 5.0, "x"});

@@ -365,6 +365,11 @@ int run_small(const std::string& subject, std::size_t count) {
   } else if (subject == "monotonic") {
     std::pmr::monotonic_buffer_resource resource;
     wall = time_small(count, sizes, [&](std::size_t n) { return resource.allocate(n, 8); });
+  } else if (subject == "monotonic-sized") {
+    // Its best reasonable configuration: the first buffer sized for the whole job (the size the
+    // arena reserves), so it never grows by chained buffers.
+    std::pmr::monotonic_buffer_resource resource(bytes);
+    wall = time_small(count, sizes, [&](std::size_t n) { return resource.allocate(n, 8); });
   } else if (subject == "monotonic-virtual") {
     std::pmr::monotonic_buffer_resource resource;
     std::pmr::memory_resource* volatile hidden = &resource;
@@ -751,12 +756,18 @@ void run_commit_step(context& ctx, runner& r, std::size_t n) {
 // Experiment "arena-small": returns {arena/monotonic ratio fresh, warm}.
 // Runs every measurement once per round, `repetitions` rounds, and returns each one's median:
 // interleaving keeps a drift in the machine's load from favouring whichever subject ran first.
-std::vector<double> interleaved_medians(int repetitions, const std::vector<std::function<double()>>& measurements) {
+std::vector<spread> interleaved_spreads(int repetitions, const std::vector<std::function<double()>>& measurements) {
   std::vector<std::vector<double>> samples(measurements.size());
   for (int r = 0; r < repetitions; ++r)
     for (std::size_t i = 0; i < measurements.size(); ++i) samples[i].push_back(measurements[i]());
+  std::vector<spread> spreads;
+  for (auto& values : samples) spreads.push_back(spread_of(values));
+  return spreads;
+}
+
+std::vector<double> interleaved_medians(int repetitions, const std::vector<std::function<double()>>& measurements) {
   std::vector<double> medians;
-  for (auto& values : samples) medians.push_back(median(values));
+  for (const spread& s : interleaved_spreads(repetitions, measurements)) medians.push_back(s.median);
   return medians;
 }
 
@@ -779,14 +790,18 @@ std::pair<double, double> run_arena_small(context& ctx) {
       return c.ok() ? c.number("cpu_per_allocation_ns") : 0.0;
     };
   };
-  const auto fresh_results = interleaved_medians(repetitions, {fresh("monotonic"), fresh("arena"), fresh("monotonic-virtual"),
-                                                               fresh("arena-virtual"), fresh("arena-noprefault")});
+  const auto fresh_spreads = interleaved_spreads(repetitions, {fresh("monotonic"), fresh("arena"), fresh("monotonic-virtual"),
+                                                               fresh("arena-virtual"), fresh("arena-noprefault"),
+                                                               fresh("monotonic-sized")});
+  std::vector<double> fresh_results;
+  for (const spread& x : fresh_spreads) fresh_results.push_back(x.median);
   const double monotonic_fresh = fresh_results[0], arena_fresh = fresh_results[1];
   record("std::pmr::monotonic_buffer_resource", "fresh process (CPU time)", monotonic_fresh);
   record("virtual_arena", "fresh process (CPU time)", arena_fresh);
   record("std::pmr::monotonic_buffer_resource (via memory_resource&)", "fresh process (CPU time)", fresh_results[2]);
   record("virtual_arena (via allocator&)", "fresh process (CPU time)", fresh_results[3]);
   record("virtual_arena without prefault", "fresh process (CPU time)", fresh_results[4]);
+  record("std::pmr::monotonic_buffer_resource (initial size)", "fresh process (CPU time)", fresh_results[5]);
 
   count = warm_count;
   const std::size_t bytes = count * 64 + 64 * MiB;
@@ -855,7 +870,14 @@ std::pair<double, double> run_arena_small(context& ctx) {
     ctx.check(peer_figure("monotonic_buffer_resource / virtual_arena time, 16-64 B allocations, " + name, "virtual_arena",
                           "std::pmr::monotonic_buffer_resource", ratio, NAN, NAN, 1.0));
   };
-  versus_monotonic("fresh memory", monotonic_fresh / arena_fresh);
+  ctx.check(peer_figure("monotonic_buffer_resource / virtual_arena time, 16-64 B allocations, fresh memory", "virtual_arena",
+                        "std::pmr::monotonic_buffer_resource", monotonic_fresh / arena_fresh,
+                        fresh_spreads[0].low / fresh_spreads[1].high, fresh_spreads[0].high / fresh_spreads[1].low, 1.0));
+  // The peer at its best reasonable configuration beside its default, against the same target.
+  ctx.check(peer_figure("monotonic_buffer_resource with an initial size for the whole job / virtual_arena time, "
+                        "16-64 B allocations, fresh memory", "virtual_arena",
+                        "std::pmr::monotonic_buffer_resource (initial size)", fresh_results[5] / arena_fresh,
+                        fresh_spreads[5].low / fresh_spreads[1].high, fresh_spreads[5].high / fresh_spreads[1].low, 1.0));
   versus_monotonic("hot scratch rounds", hot_results[0] / hot_results[1]);
   versus_monotonic("warm (bandwidth-bound)", warm[0] / warm[1]);
   ctx.check(peer_figure("same through memory_resource& / allocator& (virtual calls), warm", "virtual_arena (via allocator&)",
