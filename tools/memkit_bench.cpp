@@ -311,6 +311,10 @@ void write_outputs(const std::string& status) {
   json["estimated_seconds"] = state.estimated_seconds;
   json["elapsed_seconds"] = nanoseconds(state.started, clock::now()) / 1e9;
   json["machine"] = state.machine;
+  // The load as this file was written (at the end, once the run is over): a shared machine's load
+  // drifts, and a reader of the figures should see both ends.
+  double load[3] = {0, 0, 0};
+  if (::getloadavg(load, 3) == 3) json["machine"]["load_average_at_end"] = {load[0], load[1], load[2]};
   json["build"] = state.build;
   json["peers"] = state.peers;
   json["suites"] = nlohmann::json::array();

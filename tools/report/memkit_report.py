@@ -442,6 +442,20 @@ def figure_row_html(suite_name, f):
             f"<td class='{'met' if met else 'missed'}'>{'met' if met else 'missed'}</td></tr>")
 
 
+def load_sentence(data):
+    """What a reader must know when the machine was busy (1-minute load above 1.5 at either end)."""
+    m = data.get("machine", {})
+    start, end = m.get("load_average_at_start") or [], m.get("load_average_at_end") or []
+    if not any(x and x[0] > 1.5 for x in (start, end)):
+        return ""
+    ends = f"load average {', '.join(fmt(x) for x in start) or '?'} at the start"
+    if end:
+        ends += f" and {', '.join(fmt(x) for x in end)} at the end"
+    return (f"The machine was shared with other builds and tests and loaded during this run ({ends}, on "
+            f"{m.get('cores', '?')} cores): absolute times are noisy; ratios are of subjects measured side by side, "
+            "interleaved.")
+
+
 def build_html(data, plots, results_dir):
     suites = data.get("suites", [])
     out = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -455,11 +469,9 @@ def build_html(data, plots, results_dir):
     if status != "complete":
         out.append(f"<div class='banner'>This run did not complete ({html.escape(status)}): the page shows what "
                    "it measured before it stopped.</div>")
-    load = data.get("machine", {}).get("load_average_at_start")
-    if load and load[0] > 1.5:
-        out.append(f"<div class='banner'>The machine was loaded when the run started (load average "
-                   f"{', '.join(fmt(x) for x in load)} on {data.get('machine', {}).get('cores', '?')} cores): "
-                   "absolute times are noisy; ratios are of subjects measured side by side.</div>")
+    sentence = load_sentence(data)
+    if sentence:
+        out.append(f"<div class='banner'>{html.escape(sentence)}</div>")
     out.append("<p>Every ratio is <b>peer / memkit</b>: above 1, memkit is faster (or uses less memory); "
                "ranges are min-max over repetitions. A figure is checked against the target the project set.</p>")
 
@@ -484,6 +496,7 @@ def build_html(data, plots, results_dir):
                  ("memory", f"{num(m.get('memory_bytes'), 0) / 2**30:.1f} GiB"), ("kernel", m.get("kernel")),
                  ("transparent huge pages", m.get("transparent_huge_pages")),
                  ("load average at start", ", ".join(fmt(x) for x in (m.get("load_average_at_start") or []))),
+                 ("load average at end", ", ".join(fmt(x) for x in (m.get("load_average_at_end") or []))),
                  ("compiler", b.get("compiler")), ("build type and flags", f"{b.get('build_type')}: {b.get('cxx_flags')}"),
                  ("git commit", f"{b.get('git_commit', '?')}{' (with uncommitted changes)' if b.get('git_dirty') else ''}")):
         out.append(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>")
@@ -560,9 +573,11 @@ def build_markdown(data, plots, png_dir, md_path):
              f"- profile `{data.get('profile')}`, {data.get('date')}, status: {data.get('status')}",
              f"- machine: {m.get('cpu')}, {m.get('cores')} cores, {num(m.get('memory_bytes'), 0) / 2**30:.1f} GiB, "
              f"{m.get('kernel')}, THP `{m.get('transparent_huge_pages')}`, load average at start "
-             f"{', '.join(fmt(x) for x in (m.get('load_average_at_start') or []))}",
+             f"{', '.join(fmt(x) for x in (m.get('load_average_at_start') or []))}"
+             + (f", at end {', '.join(fmt(x) for x in m['load_average_at_end'])}" if m.get("load_average_at_end") else ""),
              f"- build: {b.get('compiler')}, {b.get('build_type')} `{b.get('cxx_flags')}`, commit "
              f"`{str(b.get('git_commit', '?'))[:12]}`{' (uncommitted changes)' if b.get('git_dirty') else ''}", "",
+             ] + ([load_sentence(data), ""] if load_sentence(data) else []) + [
              "## Summary: every target", "",
              "| suite | figure | measured | target | verdict |", "|---|---|---|---|---|"]
 
@@ -587,6 +602,9 @@ def build_markdown(data, plots, png_dir, md_path):
             lines += [f"> **The article.** {info['article']}", ""]
         lines.append(f"{len(s.get('rows', []))} rows, {fmt(num(s.get('seconds')))} s.")
         lines.append("")
+        facts = s.get("facts", {})
+        if facts:
+            lines += [f"- **{k}**: {v}" for k, v in facts.items()] + [""]
         for suite, name, caption, png in plots.of(s["name"]):
             fname = f"{suite}-{name}.png"
             with open(os.path.join(png_dir, fname), "wb") as fh:
