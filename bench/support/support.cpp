@@ -97,13 +97,8 @@ void end_memory_phase(memory_phase& phase) noexcept {
 
 figure peer_figure(std::string name, std::string subject, std::string peer, double ratio, double low,
                    double high, double target, std::string quantity) {
-  figure f{std::move(name), ratio, std::string(">="), target, std::string("x")};
-  f.peer = std::move(peer);
-  f.subject = std::move(subject);
-  f.quantity = std::move(quantity);
-  f.low = low;
-  f.high = high;
-  return f;
+  return figure{std::move(name), ratio, std::string(">="), target, std::string("x"), std::move(peer),
+                std::move(subject), std::move(quantity), low, high, std::string()};
 }
 
 int running_child() noexcept { return child_pid.load(); }
@@ -232,7 +227,7 @@ child_result run_program(const std::string& program, const std::vector<std::stri
 
 namespace {
 malloc_peer peer(const char* name, const char* path) {
-  return malloc_peer{name, path, path[0] != '\0' && ::access(path, R_OK) == 0};
+  return malloc_peer{name, path, path[0] != '\0' && ::access(path, R_OK) == 0, {}};
 }
 }  // namespace
 
@@ -248,7 +243,7 @@ malloc_peer glibc_tuned() {
 
 std::vector<malloc_peer> malloc_peers() {
   return {
-      malloc_peer{"glibc", "", true},
+      malloc_peer{"glibc", "", true, {}},
       peer("jemalloc", MEMKIT_BENCH_JEMALLOC),
       peer("mimalloc", MEMKIT_BENCH_MIMALLOC),
       peer("tcmalloc", MEMKIT_BENCH_TCMALLOC),
