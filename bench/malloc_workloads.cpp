@@ -658,7 +658,8 @@ void run(context& ctx) {
       if (!only.empty() && std::find(only.begin(), only.end(), workloads[w].name) == only.end()) continue;
       const cell& a = cells[process][static_cast<std::size_t>(peer)][w];
       const cell& b = cells[process][static_cast<std::size_t>(memkit)][w];
-      if (!a.measured() || !b.measured()) return ratio_spread{};
+      if (!a.failure.empty() || !b.failure.empty()) return ratio_spread{};
+      if (a.time.empty() || b.time.empty()) continue;  // not run in this kind of process
       const spread x = spread_of(a.*quantity), y = spread_of(b.*quantity);
       if (x.low <= 0 || y.low <= 0) continue;  // nothing to compare (no growth at all)
       values.push_back(x.median / y.median);
@@ -707,7 +708,9 @@ void run(context& ctx) {
     ctx.check(peer_figure(name + ", warm processes", "memkit (LD_PRELOAD)", t.peer, warm.value, warm.low, warm.high,
                           t.bound, memory ? "memory" : "time"));
     const ratio_spread fresh = compare(1, t.quantity, index_of(t.peer), dropin, t.workloads);
-    if (fresh.workloads > 0) ctx.note(name + ", fresh processes (information, no target): " + describe(fresh, memory));
+    if (fresh.workloads > 0)
+      ctx.note(name + ", fresh processes (information, no target, over " + std::to_string(fresh.workloads) +
+               " workloads): " + describe(fresh, memory));
   }
   // Every peer against the drop-in and the C++ API, warm, as information.
   for (const int memkit : {dropin, api}) {
