@@ -389,12 +389,13 @@ def plot_real_programs(plots, s):
     rows = [r for r in rows_of(s) if r.get("parameters", {}).get("process", "warm") == "warm"]
     if not rows:
         return
-    metric_names = []
-    for r in rows:
-        for k in r.get("metrics", {}):
-            if k not in metric_names:
-                metric_names.append(k)
-    for metric_name in metric_names[:2]:
+    # Wall time first (the suite's headline), then memory and faults; derived metrics (the suite's
+    # own ratios and the extremes) are not plotted as quantities.
+    present = {k for r in rows for k in r.get("metrics", {})}
+    metric_names = [k for k in ("time", "wall_time", "peak_rss", "page_faults") if k in present]
+    if not metric_names:
+        metric_names = sorted(k for k in present if not k.endswith(("_min", "_max")) and "_vs_" not in k)[:2]
+    for metric_name in metric_names:
         groups = peer_ratio_groups(rows, "program", metric_name, is_memkit)
         ratio_bars(plots, s["name"], "ratios-" + "".join(c for c in metric_name if c.isalnum()),
                    f"Real programs: peer / memkit {metric_name}; above 1: memkit better.", groups,
