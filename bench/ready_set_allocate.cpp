@@ -365,9 +365,16 @@ int child(const std::vector<std::string>& args) {
     status = test_worst_case(region, counts, out);
   } else if (test == "sizes" || test == "exhaustion") {
     const bool warm = args.size() > 3 && args[3] == "warm";
+    const double process_baseline = resident_bytes();  // before the heap and any work
     auto run = [&](auto& subject) {
       if (warm) std::printf("warm_up_refused=%zu\n", warm_up(subject));
-      return test == "sizes" ? test_sizes(subject, counts, out) : test_exhaustion(subject, counts, out);
+      memory_phase memory = begin_memory_phase();
+      const int result = test == "sizes" ? test_sizes(subject, counts, out) : test_exhaustion(subject, counts, out);
+      end_memory_phase(memory);
+      // The test's peak net of the process's baseline, and its faults (one value per child run).
+      std::printf("memory.peak_rss=%.0f\nmemory.minor_faults=%.0f\n", memory.peak_over(process_baseline),
+                  memory.minor_faults);
+      return result;
     };
     if (heap) {
       heap_subject subject(total_memory);
@@ -624,6 +631,21 @@ void run(context& ctx) {
                                    std::string(size_names[worst_index]) + ")",
                                "block_heap", "glibc", 1 / worst, total("glibc", "low") / total("block_heap", "high"),
                                total("glibc", "high") / total("block_heap", "low"), 1.0));
+  }
+
+  // Peak RSS (net of the child's baseline) and minor faults of tests 1 and 2, per subject.
+  for (const char* test : {"sizes", "exhaustion"}) {
+    const std::string label = process == "warm" ? std::string(test) + "-warm" : std::string(test);
+    for (const subject& subj : subjects) {
+      auto found = results[label].find(subj.name);
+      if (found == results[label].end() || found->second["memory.peak_rss"].empty()) continue;
+      const spread rss = spread_of(found->second["memory.peak_rss"]);
+      const spread faults = spread_of(found->second["memory.minor_faults"]);
+      ctx.record({"memory", subj.name, {{"test", test}, {"process", process}},
+                  {{"peak_rss", rss.median, "bytes", rss.low, rss.high, rss.repetitions},
+                   {"minor_faults", faults.median, "", faults.low, faults.high, faults.repetitions}},
+                  ""});
+    }
   }
 
   // ---- test 2: exhaustion ----
