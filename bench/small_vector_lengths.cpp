@@ -57,7 +57,13 @@
 #endif
 
 // Each subject's measured loop: out of line and on a cache-line boundary (see the file comment).
+// The plain layout (MEMKIT_BENCH_ALIGN_LOOPS=OFF) drops the alignment, so a run can show whether
+// a subject's speed depends on where its loop lands.
+#if MEMKIT_BENCH_PLAIN_LAYOUT
+#define MEMKIT_BENCH_KERNEL __attribute__((noinline))
+#else
 #define MEMKIT_BENCH_KERNEL __attribute__((noinline, aligned(64)))
+#endif
 
 namespace memkit::bench {
 namespace {
