@@ -434,7 +434,7 @@ TEST_F(dyn_array_test, contract_violations_are_reported) {
   EXPECT_DEATH(static_cast<void>(a[1]), "index out of range");
   a.pop_back();
   EXPECT_DEATH(a.pop_back(), "empty array");
-  EXPECT_DEATH(static_cast<void>(a.front()), "empty array");
+  EXPECT_DEATH(static_cast<void>(a.front()), "front");
 }
 
 TEST_F(dyn_array_test, erase_and_erase_if_remove_matching_elements) {

@@ -2,9 +2,9 @@
 // implements, and the bridges to the standard library.
 //
 // A container holds an `allocator&` chosen at run time instead of carrying the allocator in its
-// type (seed 004's iAllocator, Zig's Allocator). Beyond std::pmr::memory_resource it offers
+// type (like the iAllocator interface of game engines, or Zig's Allocator). Beyond std::pmr::memory_resource it offers
 // growth: resize() grows or shrinks a block in place and never moves it; reallocate() may move and
-// copies only the bytes in use (seed 004's expand). Failure is a null pointer or false, never an
+// copies only the bytes in use (realloc with a used size, an `expand` that may move). Failure is a null pointer or false, never an
 // exception, so containers decide whether to throw.
 //
 // Pick it when the allocation strategy must be chosen at run time, swapped in tests (see
@@ -180,7 +180,7 @@ class hybrid_allocator final : public allocator {
 namespace detail {
 // The process-wide default allocator (see set_default_allocator). Read inline because every
 // default-constructed container reads it: an out-of-line call cost small_vector about 1.5 ns per
-// construction in seed 003's workload.
+// construction in the small-vector benchmark's workload.
 extern std::atomic<allocator*> default_allocator_pointer;
 }  // namespace detail
 

@@ -40,6 +40,8 @@
 #include <utility>
 
 #include "memkit/detail/config.hpp"
+#include "memkit/detail/contiguous_surface.hpp"
+#include "memkit/detail/transactions.hpp"
 #include "memkit/os.hpp"
 #include "memkit/virtual_arena.hpp"
 
@@ -66,22 +68,29 @@ struct dyn_array_options {
 };
 
 template <class T>
-class dyn_array {
+class dyn_array : public detail::contiguous_surface<dyn_array<T>, T> {
+  using surface = detail::contiguous_surface<dyn_array<T>, T>;
+
   static_assert(std::is_object_v<T> && !std::is_const_v<T>, "dyn_array<T>: T must be a non-const object type");
   static_assert(std::is_nothrow_destructible_v<T>, "dyn_array<T>: T's destructor must not throw");
 
  public:
-  using value_type = T;
-  using size_type = std::size_t;
-  using difference_type = std::ptrdiff_t;
-  using reference = T&;
-  using const_reference = const T&;
-  using pointer = T*;
-  using const_pointer = const T*;
-  using iterator = T*;
-  using const_iterator = const T*;
-  using reverse_iterator = std::reverse_iterator<iterator>;
-  using const_reverse_iterator = std::reverse_iterator<const_iterator>;
+  using typename surface::const_iterator;
+  using typename surface::const_pointer;
+  using typename surface::const_reference;
+  using typename surface::const_reverse_iterator;
+  using typename surface::difference_type;
+  using typename surface::iterator;
+  using typename surface::pointer;
+  using typename surface::reference;
+  using typename surface::reverse_iterator;
+  using typename surface::size_type;
+  using typename surface::value_type;
+  using surface_type = dyn_array;  // for memkit::erase / erase_if
+
+  // Element access (at, [], front, back), iterators (begin, end, rbegin, ...), empty() and the
+  // comparisons == and <=> come from detail/contiguous_surface.hpp, shared with the vectors.
+  using surface::empty;
 
   // An array with max_size() 0: every append fails. The state of a moved-from array.
   dyn_array() noexcept = default;
@@ -155,7 +164,7 @@ class dyn_array {
   }
 
   // Destroys the elements and releases the reservation.
-  ~dyn_array() { destroy_range(data_, end_); }
+  ~dyn_array() { detail::destroy_range(data_, end_); }
 
   // Replaces the contents with `count` copies of `value`.
   void assign(size_type count, const T& value) {
@@ -177,46 +186,6 @@ class dyn_array {
 
   // --- element access ---------------------------------------------------------------------------
 
-  // The element at `index`, bounds-checked: throws std::out_of_range.
-  reference at(size_type index) {
-    if (index >= size()) throw std::out_of_range("memkit::dyn_array::at: index out of range");
-    return data_[index];
-  }
-  // The element at `index`, bounds-checked: throws std::out_of_range.
-  const_reference at(size_type index) const {
-    if (index >= size()) throw std::out_of_range("memkit::dyn_array::at: index out of range");
-    return data_[index];
-  }
-  // The element at `index` (contract: index < size()).
-  reference operator[](size_type index) noexcept {
-    MEMKIT_ASSERT(index < size(), "dyn_array::operator[]: index out of range");
-    return data_[index];
-  }
-  // The element at `index` (contract: index < size()).
-  const_reference operator[](size_type index) const noexcept {
-    MEMKIT_ASSERT(index < size(), "dyn_array::operator[]: index out of range");
-    return data_[index];
-  }
-  // The first element (contract: not empty).
-  reference front() noexcept {
-    MEMKIT_ASSERT(!empty(), "dyn_array::front: empty array");
-    return *data_;
-  }
-  // The first element (contract: not empty).
-  const_reference front() const noexcept {
-    MEMKIT_ASSERT(!empty(), "dyn_array::front: empty array");
-    return *data_;
-  }
-  // The last element (contract: not empty).
-  reference back() noexcept {
-    MEMKIT_ASSERT(!empty(), "dyn_array::back: empty array");
-    return end_[-1];
-  }
-  // The last element (contract: not empty).
-  const_reference back() const noexcept {
-    MEMKIT_ASSERT(!empty(), "dyn_array::back: empty array");
-    return end_[-1];
-  }
   // The elements, contiguous; the pointer never changes for the array's lifetime (null for a
   // default-constructed or moved-from array).
   T* data() noexcept { return data_; }
@@ -227,25 +196,8 @@ class dyn_array {
   // The elements as a read-only span.
   std::span<const T> as_span() const noexcept { return {data_, size()}; }
 
-  // --- iterators (valid until the element they refer to is erased; never invalidated by growth) --
-
-  iterator begin() noexcept { return data_; }
-  const_iterator begin() const noexcept { return data_; }
-  const_iterator cbegin() const noexcept { return data_; }
-  iterator end() noexcept { return end_; }
-  const_iterator end() const noexcept { return end_; }
-  const_iterator cend() const noexcept { return end_; }
-  reverse_iterator rbegin() noexcept { return reverse_iterator(end_); }
-  const_reverse_iterator rbegin() const noexcept { return const_reverse_iterator(end_); }
-  const_reverse_iterator crbegin() const noexcept { return const_reverse_iterator(end_); }
-  reverse_iterator rend() noexcept { return reverse_iterator(data_); }
-  const_reverse_iterator rend() const noexcept { return const_reverse_iterator(data_); }
-  const_reverse_iterator crend() const noexcept { return const_reverse_iterator(data_); }
-
   // --- capacity ---------------------------------------------------------------------------------
 
-  // True when there are no elements.
-  [[nodiscard]] bool empty() const noexcept { return end_ == data_; }
   // Number of elements.
   size_type size() const noexcept { return static_cast<size_type>(end_ - data_); }
   // The bound given at construction: the array can never hold more.
@@ -287,7 +239,7 @@ class dyn_array {
 
   // Destroys every element; capacity and max_size stay.
   void clear() noexcept {
-    destroy_range(data_, end_);
+    detail::destroy_range(data_, end_);
     end_ = data_;
     poison_tail();
   }
@@ -391,7 +343,7 @@ class dyn_array {
     T* from = data_ + (first - data_);
     if (first != last) {
       T* new_end = std::move(data_ + (last - data_), end_, from);
-      destroy_range(new_end, end_);
+      detail::destroy_range(new_end, end_);
       end_ = new_end;
       poison_tail();
     }
@@ -429,44 +381,7 @@ class dyn_array {
   }
   friend void swap(dyn_array& a, dyn_array& b) noexcept { a.swap(b); }
 
-  // Removes every element equal to `value` (std::erase for dyn_array); returns how many.
-  template <class U>
-  friend size_type erase(dyn_array& array, const U& value) {
-    return erase_if(array, [&](const T& element) { return element == value; });
-  }
-  // Removes every element for which `predicate` is true (std::erase_if); returns how many.
-  template <class Predicate>
-  friend size_type erase_if(dyn_array& array, Predicate predicate) {
-    const auto kept_end = std::remove_if(array.begin(), array.end(), predicate);
-    const auto removed = static_cast<size_type>(array.end() - kept_end);
-    array.erase(kept_end, array.end());
-    return removed;
-  }
-
-  // --- comparison (by elements, as std::vector) -------------------------------------------------
-
-  friend bool operator==(const dyn_array& a, const dyn_array& b)
-    requires std::equality_comparable<T>
-  {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
-  }
-  friend auto operator<=>(const dyn_array& a, const dyn_array& b)
-    requires requires(const T& x) { x < x; }
-  {
-    return std::lexicographical_compare_three_way(a.begin(), a.end(), b.begin(), b.end(),
-                                                  synthesized_three_way);
-  }
-
  private:
-  static constexpr auto synthesized_three_way = [](const T& x, const T& y) {
-    if constexpr (std::three_way_comparable<T>) {
-      return x <=> y;
-    } else {
-      return x < y ? std::weak_ordering::less : y < x ? std::weak_ordering::greater
-                                                      : std::weak_ordering::equivalent;
-    }
-  };
-
   static size_type reservation_bytes(size_type max_size) {
     if (max_size > std::numeric_limits<size_type>::max() / sizeof(T)) throw_length_error();
     static_assert(alignof(T) <= 4096, "dyn_array<T>: T's alignment exceeds the smallest page size");
@@ -529,19 +444,13 @@ class dyn_array {
   void append_n(size_type count, Make&& make) {
     if (count > max_size_ - size()) throw_length_error();
     reserve(size() + count);
-    T* const old_end = end_;
-    try {
-      for (size_type i = 0; i < count; ++i) {
-        unpoison_slot(end_);
-        make(end_);
-        ++end_;
-      }
-    } catch (...) {
-      destroy_range(old_end, end_);
-      end_ = old_end;
-      poison_tail();
-      throw;
+    detail::undo_unless_dismissed undo(truncate_to(end_));
+    for (size_type i = 0; i < count; ++i) {
+      unpoison_slot(end_);
+      make(end_);
+      ++end_;
     }
+    undo.dismiss();
   }
 
   template <class InputIterator>
@@ -553,14 +462,9 @@ class dyn_array {
         ++first;
       });
     } else {
-      T* const old_end = end_;
-      try {
-        for (; first != last; ++first) emplace_back(*first);
-      } catch (...) {
-        destroy_range(old_end, end_);
-        end_ = old_end;
-        throw;
-      }
+      detail::undo_unless_dismissed undo(truncate_to(end_));
+      for (; first != last; ++first) emplace_back(*first);
+      undo.dismiss();
     }
   }
 
@@ -576,21 +480,22 @@ class dyn_array {
   template <class... Args>
   static void construct_or_repoison(T* slot, Args&&... args) {
 #if MEMKIT_HAS_ASAN
-    try {
-      ::new (static_cast<void*>(slot)) T(std::forward<Args>(args)...);
-    } catch (...) {
-      MEMKIT_POISON(slot, sizeof(T));
-      throw;
-    }
+    detail::undo_unless_dismissed repoison([slot]() noexcept { MEMKIT_POISON(slot, sizeof(T)); });
+    ::new (static_cast<void*>(slot)) T(std::forward<Args>(args)...);
+    repoison.dismiss();
 #else
     ::new (static_cast<void*>(slot)) T(std::forward<Args>(args)...);
 #endif
   }
 
-  static void destroy_range(T* first, T* last) noexcept {
-    if constexpr (!std::is_trivially_destructible_v<T>) {
-      for (; first != last; ++first) first->~T();
-    }
+  // An undo action for appends: destroys the elements from `old_end` on and makes it the end
+  // again (the array as it was before the append that threw).
+  auto truncate_to(T* old_end) noexcept {
+    return [this, old_end]() noexcept {
+      detail::destroy_range(old_end, end_);
+      end_ = old_end;
+      poison_tail();
+    };
   }
 
   virtual_arena arena_;

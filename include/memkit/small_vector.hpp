@@ -1,11 +1,11 @@
 // memkit::small_vector<T, N> — a vector that keeps its first N elements inside the object and
 // spills to its allocator beyond that.
 //
-// When most sequences are short (seed 003: lengths drawn from a chi-squared distribution), an
+// When most sequences are short (say, lengths that cluster around a typical value), an
 // inline buffer sized to the common case removes nearly every heap allocation: building and
 // dropping a small_vector<int, 16> of 8 elements touches no allocator at all. Beyond N elements it
 // behaves like memkit::vector<T>: same interface, same run-time allocator, same in-place growth
-// and try_* operations, from the same implementation (detail/vector_base.hpp).
+// and try_* operations, from the same implementation: vector_base.hpp documents every member.
 //
 // Pick it over std::vector (and over vector<T>) for local or embedded sequences whose usual length
 // is known and small; pick N near the length that covers most cases. Pick vector<T> when
@@ -38,7 +38,7 @@
 #include <utility>
 
 #include "memkit/allocator.hpp"
-#include "memkit/detail/vector_base.hpp"
+#include "memkit/vector_base.hpp"
 
 namespace memkit {
 
@@ -168,6 +168,10 @@ class small_vector : public vector_base<T> {
 
  private:
   void check_layout() noexcept {
+    static_assert(sizeof(small_vector) == detail::align_up(base::inline_offset() + base::inline_bytes(N), alignof(small_vector)),
+                  "small_vector<T, N> must be vector_base followed directly by its inline storage: code that "
+                  "only sees vector_base<T> finds the storage at inline_offset() without knowing N");
+    static_assert(alignof(small_vector) >= alignof(T), "the inline storage must be aligned for T");
     MEMKIT_ASSERT(static_cast<void*>(storage_) == static_cast<void*>(this->inline_buffer()),
                   "small_vector: inline storage is not where vector_base expects it");
   }

@@ -3,7 +3,7 @@
 //
 // The allocator is a `memkit::allocator&` given at construction (default_allocator() otherwise)
 // and is not part of the type, so a vector<int> on an arena and one on the heap are the same type
-// and one function handles both (seed 004's PathEngine vector). Growth never copies when the
+// and one function handles both. Growth never copies when the
 // allocator can avoid it: trivially relocatable elements (see type_traits.hpp) grow through
 // reallocate(), which extends the block in place when it can and otherwise moves the bytes
 // (realloc, mremap); other elements ask resize() to grow in place first and are moved one by one
@@ -30,7 +30,7 @@
 //   capacity may have grown (in place).
 //
 // Functions that accept any memkit vector take `memkit::vector_base<T>&`: both vector<T> and
-// every small_vector<T, N> bind to it (see detail/vector_base.hpp for every member).
+// every small_vector<T, N> bind to it. vector_base.hpp documents every member.
 //
 //   memkit::virtual_arena arena(1 << 30);
 //   memkit::vector<int> v(arena);          // grows in place inside the arena
@@ -43,7 +43,7 @@
 #include <utility>
 
 #include "memkit/allocator.hpp"
-#include "memkit/detail/vector_base.hpp"
+#include "memkit/vector_base.hpp"
 #include "memkit/type_traits.hpp"
 
 namespace memkit {
