@@ -443,6 +443,12 @@ TEST_F(dyn_array_test, erase_and_erase_if_remove_matching_elements) {
   EXPECT_EQ(a, (dyn_array<int>(10, {1, 3, 5})));
   EXPECT_EQ(erase_if(a, [](int x) { return x > 2; }), 2u);
   EXPECT_EQ(a, (dyn_array<int>(10, {1})));
+  // The qualified forms are the same functions as for memkit::vector (the shared surface).
+  dyn_array<int> b(100, {4, 2, 4});
+  EXPECT_EQ(memkit::erase(b, 4), 2u);
+  EXPECT_EQ(memkit::erase_if(b, [](int x) { return x == 2; }), 1u);
+  EXPECT_TRUE(b.empty());
+  EXPECT_TRUE((dyn_array<int>(10, {1, 2})) < (dyn_array<int>(10, {1, 3})));
 }
 
 #if MEMKIT_HAS_ASAN

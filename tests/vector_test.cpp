@@ -765,3 +765,65 @@ TEST(vector_assign, a_throwing_copy_assignment_within_capacity_leaks_no_element)
     EXPECT_EQ(counters::live(), 0) << "throw on construction/copy " << n;
   }
 }
+
+namespace {
+
+// The std::vector surface is shared code (detail/contiguous_surface.hpp): the qualified forms
+// memkit::erase / memkit::erase_if work for every memkit container, and comparisons work across
+// small_vector of different N and vector through vector_base.
+TEST(vector_surface, qualified_erase_and_erase_if_work_for_vector_and_small_vector) {
+  memkit::vector<int> v{1, 2, 3, 2, 5};
+  memkit::small_vector<int, 2> s{4, 2, 6, 2};
+  EXPECT_EQ(memkit::erase(v, 2), 2u);
+  EXPECT_EQ(memkit::erase_if(s, [](int x) { return x % 4 == 2; }), 3u);
+  EXPECT_EQ(v, (memkit::vector<int>{1, 3, 5}));
+  EXPECT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0], 4);
+  EXPECT_EQ(memkit::erase(v, 42), 0u);
+  EXPECT_EQ(v.size(), 3u);
+}
+
+TEST(vector_surface, comparisons_across_n_and_vector_through_vector_base) {
+  memkit::small_vector<int, 2> a{1, 2, 3};  // on the heap
+  memkit::small_vector<int, 8> b{1, 2, 3};  // inline
+  memkit::vector<int> c{1, 2, 4};
+  const memkit::vector_base<int>& va = a;
+  const memkit::vector_base<int>& vb = b;
+  const memkit::vector_base<int>& vc = c;
+  EXPECT_TRUE(va == vb);
+  EXPECT_FALSE(vb == vc);
+  EXPECT_TRUE(vb < vc);
+  EXPECT_EQ(va <=> vc, std::strong_ordering::less);
+  EXPECT_TRUE(vc > va);
+}
+
+TEST(vector_surface, at_and_accessors_come_from_the_shared_surface) {
+  memkit::small_vector<int, 4> s{7, 8, 9};
+  EXPECT_EQ(s.at(2), 9);
+  EXPECT_THROW((void)s.at(3), std::out_of_range);
+  EXPECT_EQ(s.front(), 7);
+  EXPECT_EQ(s.back(), 9);
+  EXPECT_EQ(*s.rbegin(), 9);
+  EXPECT_EQ(s.end() - s.begin(), 3);
+  EXPECT_FALSE(s.empty());
+  s.clear();
+  EXPECT_TRUE(s.empty());
+  EXPECT_EQ(s.begin(), s.end());
+}
+
+// Layout the packed counts and small_vector's inline storage rely on (also static_asserts in the
+// headers; here so a platform where they do not hold shows up as a failing test, not only as a
+// build error in a user's code).
+TEST(vector_surface, layout_is_three_words_and_inline_storage_follows) {
+  if constexpr (sizeof(void*) == 8) {
+    EXPECT_EQ(sizeof(memkit::vector<int>), 24u);
+    EXPECT_EQ(sizeof(memkit::small_vector<int, 16>), 24u + 16u * sizeof(int));
+    EXPECT_EQ(sizeof(memkit::vector<char>), 32u);  // 64-bit counts for byte elements
+  }
+  memkit::small_vector<int, 4> s{1, 2};
+  EXPECT_TRUE(s.is_inline());
+  EXPECT_EQ(static_cast<const void*>(s.data()),
+            static_cast<const void*>(reinterpret_cast<const char*>(&s) + 3 * sizeof(void*)));
+}
+
+}  // namespace

@@ -144,7 +144,8 @@ class small_vector : public vector_base<T> {
     base::operator=(std::move(other));
   }
 
-  ~small_vector() = default;
+  // Destroys the elements and gives back the heap buffer, if any.
+  ~small_vector() { this->template release_storage_at_end<true>(); }
 
   // Copies other's elements; keeps this one's allocator.
   small_vector& operator=(const small_vector& other) {

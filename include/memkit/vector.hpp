@@ -105,7 +105,8 @@ class vector : public vector_base<T> {
   // Takes the contents of any memkit vector onto `a` (see vector(vector&&, allocator&)).
   vector(vector_base<T>&& other, allocator& a) : base(a) { base::operator=(std::move(other)); }
 
-  ~vector() = default;
+  // Destroys the elements and gives back the buffer.
+  ~vector() { this->template release_storage_at_end<false>(); }
 
   // Copies other's elements; keeps this vector's allocator.
   vector& operator=(const vector& other) {

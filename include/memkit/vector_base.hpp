@@ -448,7 +448,11 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
       // General case: park this one's contents in a temporary, move other's in, move the parked
       // contents to other. Each step either succeeds or leaves its source untouched; the parked
       // contents are a heap buffer (or nothing), which changes hands back without throwing.
-      vector_base parked(alloc());
+      struct parking : vector_base {
+        explicit parking(memkit::allocator& a) noexcept : vector_base(a) {}
+        ~parking() { this->template release_storage_at_end<false>(); }
+      };
+      parking parked(alloc());
       parked.take_contents_of(*this);
       detail::undo_unless_dismissed restore([&]() noexcept { take_contents_of(parked); });
       take_contents_of(other);
@@ -476,10 +480,18 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
     check_layout();
   }
 
-  // Destroys the elements and gives back the heap buffer, if any.
-  ~vector_base() {
+  // Releasing the storage is the derived class's job (release_storage_at_end), because only it
+  // knows whether the storage can be inline: a small_vector's destructor then compares one
+  // pointer, a vector's tests one for null, and neither reads the inline flag.
+  ~vector_base() = default;
+
+  // Destroys the elements and gives back the heap buffer; for destructors. MayBeInline: the
+  // object has inline storage (a small_vector), whose data pointer is never null.
+  template <bool MayBeInline>
+  void release_storage_at_end() noexcept {
+    MEMKIT_ASSERT(has_inline_storage() == MayBeInline, "release_storage_at_end: wrong kind of storage");
     detail::destroy_range(data_, data_ + counts_.size());
-    if (!is_inline() && data_ != nullptr) deallocate_block(data_, counts_.capacity());
+    if (MayBeInline ? data_ != inline_buffer() : data_ != nullptr) deallocate_block(data_, counts_.capacity());
   }
 
   vector_base(const vector_base&) = delete;
@@ -762,7 +774,8 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
 
   // Makes room for one more element in a full buffer (size() == capacity()); the value to store
   // is a copy the caller holds, so the buffer may move. False (nothing changed) on failure.
-  MEMKIT_DETAIL_VECTOR_COLD bool grow_full_for_one_more() noexcept {
+  // Inlined into its two cold callers, so a spill is one call deep before the allocator.
+  bool grow_full_for_one_more() noexcept {
     MEMKIT_ASSERT(counts_.full(), "grow_full_for_one_more: the buffer is not full");
     if (MEMKIT_UNLIKELY(size() >= max_size())) return false;
     return change_capacity<true>(next_capacity(capacity(), size() + 1));
