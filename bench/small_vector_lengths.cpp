@@ -340,7 +340,7 @@ std::map<std::string, double> count_instructions(const std::string& valgrind, co
   constexpr int passes = 200;
   const std::string file = out_dir + "/small-vector-callgrind." + std::to_string(::getpid()) + ".out";
   const std::vector<std::string> options = {"-q", "--tool=callgrind", "--callgrind-out-file=" + file,
-                                            "--collect-atstart=no", "--toggle-collect=*run_passes*", self,
+                                            "--collect-atstart=no", "--toggle-collect=*run_passes*(int)", self,
                                             "--child", "small-vector"};
   std::map<std::string, double> counts;
 #if MEMKIT_BENCH_HAVE_CALLGRIND_H

@@ -8,12 +8,17 @@
 // (median, lowest, highest), above 1 meaning memkit faster.
 //
 //   memkit-bench-plain [repetitions=15] [passes=2000]
+//   memkit-bench-plain count memkit16|boost16|memkit32|boost32 [passes=100]
+// The count form runs one subject's loop, out of line, for instruction counts that machine load
+// does not change:
+//   valgrind --tool=callgrind --toggle-collect='*count_passes*' memkit-bench-plain count memkit16
 #include <time.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "memkit/small_vector.hpp"
@@ -60,6 +65,18 @@ template <class Container>
   return (thread_cpu_nanoseconds() - start) / passes;
 }
 
+// The count form's loop: the same work, in a function of its own so callgrind can count just it.
+template <class Container>
+[[gnu::noinline]] void count_passes(const std::vector<int>& lengths, int passes) {
+  for (int p = 0; p < passes; ++p) {
+    for (int length : lengths) {
+      Container v;
+      for (int i = 0; i < length; ++i) v.push_back(i);
+      keep(v.data());
+    }
+  }
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -80,6 +97,17 @@ void report(const char* what, const std::vector<double>& peer, const std::vector
 
 int main(int argc, char** argv) {
 #if MEMKIT_PLAIN_HAVE_BOOST
+  if (argc > 2 && std::string_view(argv[1]) == "count") {
+    const std::string_view subject = argv[2];
+    const int passes = argc > 3 ? std::atoi(argv[3]) : 100;
+    const std::vector<int> lengths = workload();
+    if (subject == "memkit16") count_passes<memkit::small_vector<int, 16>>(lengths, passes);
+    else if (subject == "boost16") count_passes<boost::container::small_vector<int, 16>>(lengths, passes);
+    else if (subject == "memkit32") count_passes<memkit::small_vector<int, 32>>(lengths, passes);
+    else if (subject == "boost32") count_passes<boost::container::small_vector<int, 32>>(lengths, passes);
+    else return 2;
+    return 0;
+  }
   const int repetitions = argc > 1 ? std::atoi(argv[1]) : 15;
   const int passes = argc > 2 ? std::atoi(argv[2]) : 2000;
   const std::vector<int> lengths = workload();

@@ -646,13 +646,18 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // by one. Trivially relocatable T (when MayMoveBytes): reallocate(), which grows in place when
   // it can and moves the bytes otherwise (asking resize() first would cost a second call whenever
   // the block cannot grow); other T: resize(), in place only. False when that did not work.
-  template <bool MayMoveBytes>
-  bool resize_heap_buffer(size_type new_capacity) noexcept {
+  // Out of line, apart from move_to_new_block: each saves only the registers its own calls need.
+  // Throw: a failed reallocate() throws std::bad_alloc instead of returning false.
+  template <bool MayMoveBytes, bool Throw = false>
+  MEMKIT_DETAIL_VECTOR_NOINLINE bool resize_heap_buffer(size_type new_capacity) noexcept(!Throw) {
     const std::size_t old_bytes = counts_.capacity() * sizeof(T);
     const std::size_t new_bytes = new_capacity * sizeof(T);
     if constexpr (MayMoveBytes && relocatable()) {
       void* moved = alloc().reallocate(data_, old_bytes, counts_.size() * sizeof(T), new_bytes, alignof(T));
-      if (moved == nullptr) return false;
+      if (moved == nullptr) {
+        if constexpr (Throw) throw std::bad_alloc();
+        return false;
+      }
       data_ = static_cast<T*>(moved);
     } else {
       if (!alloc().resize(data_, old_bytes, new_bytes, alignof(T))) return false;
@@ -685,6 +690,23 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
     return gap;
   }
 
+  // The same three phases with no gap: all the elements move to a new block of (at least)
+  // `new_capacity` elements. A spill of a small_vector, and growth that resize() could not do in
+  // place, come here, so it is kept to just the phases. False (nothing changed) when the
+  // allocator fails.
+  // Throw: a failed allocation throws std::bad_alloc instead of returning false.
+  template <bool Throw = false>
+  MEMKIT_DETAIL_VECTOR_NOINLINE bool move_to_new_block(size_type new_capacity) noexcept(!Throw && relocation_is_nothrow()) {
+    detail::allocation_transaction<T> fresh(alloc(), new_capacity, max_size());
+    if (MEMKIT_UNLIKELY(fresh.failed())) {
+      if constexpr (Throw) throw std::bad_alloc();
+      return false;
+    }
+    detail::relocate(data_, size(), fresh.data());
+    adopt_block(fresh.commit());
+    return true;
+  }
+
   // Gives the buffer `new_capacity` (>= size()) elements: in place or by reallocate() when it is
   // on the heap, else in a new block. False (nothing changed) when the allocator fails.
   template <bool MayMoveBytes>
@@ -694,7 +716,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
       if (resize_heap_buffer<MayMoveBytes>(new_capacity)) return true;
       if constexpr (MayMoveBytes && relocatable()) return false;  // reallocate() already tried a new block
     }
-    return grow_into_new_block(size(), 0, new_capacity, [](T*) noexcept {}) != nullptr;
+    return move_to_new_block(new_capacity);
   }
 
   // Appends `count` elements built by construct(destination, count); grows first when needed.
@@ -777,16 +799,25 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // Inlined into its two cold callers, so a spill is one call deep before the allocator.
   bool grow_full_for_one_more() noexcept {
     MEMKIT_ASSERT(counts_.full(), "grow_full_for_one_more: the buffer is not full");
-    if (MEMKIT_UNLIKELY(size() >= max_size())) return false;
-    return change_capacity<true>(next_capacity(capacity(), size() + 1));
+    const size_type count = size();  // == capacity()
+    if (MEMKIT_UNLIKELY(count >= max_size())) return false;
+    return change_capacity<true>(next_capacity(count, count + 1));
   }
-  // grow_full_for_one_more() or throw.
-  MEMKIT_DETAIL_VECTOR_COLD void make_room_for_one_or_throw() {
-    if (!grow_full_for_one_more()) throw_growth_failure(size() + 1);
+  // grow_full_for_one_more() or throw: a dispatcher that jumps on to the phase that applies (the
+  // callees throw themselves), so a spill costs no frame here.
+  MEMKIT_DETAIL_VECTOR_NOINLINE void make_room_for_one_or_throw() {
+    const size_type count = size();  // == capacity()
+    if (MEMKIT_UNLIKELY(count >= max_size())) throw_length_error();
+    const size_type wanted = next_capacity(count, count + 1);
+    if (is_inline() || data_ == nullptr) {
+      move_to_new_block<true>(wanted);
+    } else {
+      resize_heap_buffer<true, true>(wanted);
+    }
   }
   // The slow path of try_emplace_back for small trivially copyable T (`value` is a copy, so the
   // buffer may move). Null (nothing changed) on failure.
-  MEMKIT_DETAIL_VECTOR_COLD T* grow_and_append_copy(const T& value) noexcept {
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy(const T& value) noexcept {
     if (!grow_full_for_one_more()) return nullptr;
     T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
     counts_.increment_size();
@@ -796,7 +827,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // emplace_back's slow path for other T, as one out-of-line call that throws itself, so the
   // caller's loop keeps size, capacity and data in registers on the fast path.
   template <class... Args>
-  MEMKIT_DETAIL_VECTOR_COLD T* grow_and_emplace_back_or_throw(Args&&... args) {
+  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_emplace_back_or_throw(Args&&... args) {
     T* slot = grow_and_emplace_back(std::forward<Args>(args)...);
     if (slot == nullptr) throw_growth_failure(size() + 1);
     return slot;

@@ -17,10 +17,8 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define MEMKIT_DETAIL_VECTOR_NOINLINE __attribute__((noinline))
-#define MEMKIT_DETAIL_VECTOR_COLD __attribute__((noinline, cold))
 #else
 #define MEMKIT_DETAIL_VECTOR_NOINLINE
-#define MEMKIT_DETAIL_VECTOR_COLD
 #endif
 
 namespace memkit::detail {
