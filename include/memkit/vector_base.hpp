@@ -631,10 +631,16 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   }
 
   // Phase 3: installs a block (elements already in it) in place of the current storage, whose
-  // elements were relocated away or destroyed.
+  // elements were relocated away or destroyed. MayBeHeap false: the caller knows the current
+  // storage is inline or absent (a spill), so there is nothing to free.
+  template <bool MayBeHeap = true>
   void adopt_block(block fresh) noexcept {
-    if (is_inline()) {
-      remember_inline_capacity(counts_.capacity());
+    if (!MayBeHeap || is_inline()) {
+      if (!MayBeHeap && data_ == nullptr) {
+        // no storage yet: nothing to give back or remember
+      } else {
+        remember_inline_capacity(counts_.capacity());
+      }
     } else if (data_ != nullptr) {
       deallocate_block(data_, counts_.capacity());
     }
@@ -694,8 +700,9 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // `new_capacity` elements. A spill of a small_vector, and growth that resize() could not do in
   // place, come here, so it is kept to just the phases. False (nothing changed) when the
   // allocator fails.
-  // Throw: a failed allocation throws std::bad_alloc instead of returning false.
-  template <bool Throw = false>
+  // Throw: a failed allocation throws std::bad_alloc instead of returning false. MayBeHeap: as
+  // for adopt_block (false for a spill out of inline storage or a first allocation).
+  template <bool Throw = false, bool MayBeHeap = true>
   MEMKIT_DETAIL_VECTOR_NOINLINE bool move_to_new_block(size_type new_capacity) noexcept(!Throw && relocation_is_nothrow()) {
     detail::allocation_transaction<T> fresh(alloc(), new_capacity, max_size());
     if (MEMKIT_UNLIKELY(fresh.failed())) {
@@ -703,7 +710,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
       return false;
     }
     detail::relocate(data_, size(), fresh.data());
-    adopt_block(fresh.commit());
+    adopt_block<MayBeHeap>(fresh.commit());
     return true;
   }
 
@@ -810,7 +817,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
     if (MEMKIT_UNLIKELY(count >= max_size())) throw_length_error();
     const size_type wanted = next_capacity(count, count + 1);
     if (is_inline() || data_ == nullptr) {
-      move_to_new_block<true>(wanted);
+      move_to_new_block<true, false>(wanted);
     } else {
       resize_heap_buffer<true, true>(wanted);
     }
