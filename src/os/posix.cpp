@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <malloc.h>
 
@@ -321,6 +322,14 @@ std::size_t malloc_usable_size(void* block) noexcept {
   return 0;
 #endif
 }
+
+void* malloc_aligned(std::size_t size, std::size_t alignment) noexcept {
+  void* p = nullptr;
+  if (alignment < sizeof(void*)) alignment = sizeof(void*);
+  return ::posix_memalign(&p, alignment, size) == 0 ? p : nullptr;
+}
+
+void free_aligned(void* block) noexcept { std::free(block); }
 
 const char* error_message(int error) noexcept {
   if (error == -1) return "injected or unknown failure";

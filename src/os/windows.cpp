@@ -251,9 +251,17 @@ result<cpu_times> process_cpu_times() noexcept {
   return cpu_times{ns(user), ns(kernel)};
 }
 
-std::size_t malloc_usable_size(void* block) noexcept {
-  return block == nullptr ? 0 : ::_msize(block);
+std::size_t malloc_usable_size(void*) noexcept {
+  // _msize knows blocks from plain malloc only, and callers cannot say which kind they hold (a
+  // block from _aligned_malloc would be misread): report nothing.
+  return 0;
 }
+
+void* malloc_aligned(std::size_t size, std::size_t alignment) noexcept {
+  return ::_aligned_malloc(size == 0 ? 1 : size, alignment);
+}
+
+void free_aligned(void* block) noexcept { ::_aligned_free(block); }
 
 const char* error_message(int error) noexcept {
   if (error == -1) return "injected or unknown failure";

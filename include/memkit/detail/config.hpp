@@ -14,8 +14,15 @@
 #endif
 #endif
 
+// Branch hints, where the compiler has them (GCC, Clang, and compilers that present themselves as
+// GCC); plain conditions elsewhere.
+#if defined(__GNUC__) || defined(__clang__)
 #define MEMKIT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define MEMKIT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define MEMKIT_LIKELY(x) (!!(x))
+#define MEMKIT_UNLIKELY(x) (!!(x))
+#endif
 
 namespace memkit::detail {
 // Prints "memkit: contract violated: <message> (<condition>) at file:line" to stderr and aborts.
