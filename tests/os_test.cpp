@@ -27,7 +27,9 @@ class os_test : public ::testing::Test {
 
 TEST_F(os_test, page_size_is_a_power_of_two_from_the_system) {
   const std::size_t page = os::page_size();
-  EXPECT_EQ(page, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  // The system's, or the larger one MEMKIT_PAGE_SIZE forces for testing.
+  const char* forced = std::getenv("MEMKIT_PAGE_SIZE");
+  EXPECT_EQ(page, forced != nullptr ? std::strtoull(forced, nullptr, 10) : static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
   EXPECT_EQ(page & (page - 1), 0u);
   EXPECT_EQ(os::reservation_granularity() % page, 0u);
 }
