@@ -29,7 +29,7 @@ namespace {
 // The error numbers the os layer reports for its own checks: errno values on POSIX,
 // ERROR_INVALID_PARAMETER and ERROR_NOT_SUPPORTED on Windows.
 constexpr int invalid_argument = MEMKIT_WINDOWS ? 87 : EINVAL;
-constexpr int not_supported = MEMKIT_WINDOWS ? 50 : ENOTSUP;
+[[maybe_unused]] constexpr int not_supported = MEMKIT_WINDOWS ? 50 : ENOTSUP;  // unused on Linux
 constexpr int out_of_memory = MEMKIT_WINDOWS ? 8 : ENOMEM;  // the system's, not an injected one
 
 class os_test : public ::testing::Test {
