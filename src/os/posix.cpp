@@ -631,12 +631,28 @@ result<std::size_t> read_memory(const void*, void*, std::size_t) noexcept {
 #endif
 
 status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept {
+  // mincore answers per system page; with a larger page_size() (MEMKIT_PAGE_SIZE) each of ours is
+  // resident when any of its system pages is, asked one of ours at a time.
+  const std::size_t page = page_size();
+  const std::size_t per_page = page / system_page_size();  // at most 1 MiB / 4 KiB
+  unsigned char system_pages[256];
+  unsigned char* answer = per_page == 1 ? resident : system_pages;
+  const std::size_t step = per_page == 1 ? bytes : page;
+  for (std::size_t offset = 0, i = 0; offset < bytes; offset += step, ++i) {
+    const std::size_t length = bytes - offset < step ? bytes - offset : step;
+    void* at = const_cast<char*>(static_cast<const char*>(address)) + offset;
 #if defined(__APPLE__)
-  if (::mincore(const_cast<void*>(address), bytes, reinterpret_cast<char*>(resident)) != 0) return status::failure(errno);
+    if (::mincore(at, length, reinterpret_cast<char*>(answer)) != 0) return status::failure(errno);
 #else
-  if (::mincore(const_cast<void*>(address), bytes, resident) != 0) return status::failure(errno);
+    if (::mincore(at, length, answer) != 0) return status::failure(errno);
 #endif
-  for (std::size_t i = 0, n = (bytes + page_size() - 1) / page_size(); i < n; ++i) resident[i] &= 1;
+    if (per_page != 1) {
+      unsigned char any = 0;
+      for (std::size_t j = 0; j < (length + system_page_size() - 1) / system_page_size(); ++j) any |= answer[j];
+      resident[i] = any;
+    }
+  }
+  for (std::size_t i = 0, n = (bytes + page - 1) / page; i < n; ++i) resident[i] &= 1;
   return {};
 }
 
