@@ -74,8 +74,8 @@ int main() {
   if (arena.used() != 0 || arena.committed() != 0) return 7;
 
   // Exhaustion is a null pointer, never an exception or a crash.
-  memkit::virtual_arena small(4096);
-  if (small.allocate(8192) != nullptr) return 8;
+  memkit::virtual_arena small(4096);  // rounded up to whole pages of the system
+  if (small.allocate(small.reserved() + 1) != nullptr) return 8;
   std::puts("virtual_arena example: ok");
   return 0;
 }

@@ -19,12 +19,16 @@ malloc_allocator& malloc_allocator::instance() noexcept { return malloc_instance
 
 void* malloc_allocator::do_allocate(std::size_t size, std::size_t alignment) noexcept {
   if (malloc_aligns(alignment)) return std::malloc(size);
-  void* p = nullptr;
-  if (alignment < sizeof(void*)) alignment = sizeof(void*);
-  return ::posix_memalign(&p, alignment, size) == 0 ? p : nullptr;
+  return os::malloc_aligned(size, alignment);
 }
 
-void malloc_allocator::do_deallocate(void* p, std::size_t, std::size_t) noexcept { std::free(p); }
+void malloc_allocator::do_deallocate(void* p, std::size_t, std::size_t alignment) noexcept {
+  if (malloc_aligns(alignment)) {
+    std::free(p);
+  } else {
+    os::free_aligned(p);
+  }
+}
 
 namespace {
 
@@ -69,7 +73,7 @@ void* malloc_reallocate(void* p, std::size_t old_size, std::size_t used_bytes, s
   void* fresh = malloc_instance.allocate(new_size, alignment);
   if (fresh == nullptr) return nullptr;
   if (used_bytes != 0) std::memcpy(fresh, p, used_bytes);
-  std::free(p);
+  os::free_aligned(p);
   return fresh;
 }
 
@@ -133,9 +137,9 @@ allocation hybrid_allocator::do_allocate_at_least(std::size_t size, std::size_t 
   return general_allocator::global().allocate_at_least(size, alignment);
 }
 
-void hybrid_allocator::do_deallocate(void* p, std::size_t size, std::size_t) noexcept {
+void hybrid_allocator::do_deallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
   if (MEMKIT_LIKELY(!is_large(size))) {
-    std::free(p);
+    malloc_instance.deallocate(p, size, alignment);
     return;
   }
   MEMKIT_ASSERT(general_allocator::global().owns(p), "hybrid_allocator: a large block it did not allocate");

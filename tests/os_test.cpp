@@ -1,11 +1,15 @@
 #include "memkit/os.hpp"
 
+#include "memkit/detail/config.hpp"
+
 #include <gtest/gtest.h>
+#if !MEMKIT_WINDOWS
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#endif
 
 #include <cerrno>
 #include <csignal>
@@ -14,11 +18,19 @@
 #include <cstring>
 #include <string>
 
+#if !MEMKIT_WINDOWS
 extern char** environ;
+#endif
 
 namespace os = memkit::os;
 
 namespace {
+
+// The error numbers the os layer reports for its own checks: errno values on POSIX,
+// ERROR_INVALID_PARAMETER and ERROR_NOT_SUPPORTED on Windows.
+constexpr int invalid_argument = MEMKIT_WINDOWS ? 87 : EINVAL;
+[[maybe_unused]] constexpr int not_supported = MEMKIT_WINDOWS ? 50 : ENOTSUP;  // unused on Linux
+constexpr int out_of_memory = MEMKIT_WINDOWS ? 8 : ENOMEM;  // the system's, not an injected one
 
 class os_test : public ::testing::Test {
  protected:
@@ -27,7 +39,11 @@ class os_test : public ::testing::Test {
 
 TEST_F(os_test, page_size_is_a_power_of_two_from_the_system) {
   const std::size_t page = os::page_size();
-  EXPECT_EQ(page, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  // The system's, or the larger one MEMKIT_PAGE_SIZE forces for testing.
+#if !MEMKIT_WINDOWS
+  const char* forced = std::getenv("MEMKIT_PAGE_SIZE");
+  EXPECT_EQ(page, forced != nullptr ? std::strtoull(forced, nullptr, 10) : static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+#endif
   EXPECT_EQ(page & (page - 1), 0u);
   EXPECT_EQ(os::reservation_granularity() % page, 0u);
 }
@@ -71,11 +87,14 @@ TEST_F(os_test, decommitted_memory_gives_back_resident_pages) {
 }
 
 // Helper run in a child by the next test: prints this process's peak resident bytes.
+#if !MEMKIT_WINDOWS  // posix_spawn, pipes and /proc/self/exe: POSIX only
 TEST(os_test_child, DISABLED_print_peak_resident_bytes) {
   auto peak = os::peak_resident_bytes();
   std::printf("peak=%zu\n", peak.ok() ? peak.value() : std::size_t{0});
 }
+#endif
 
+#if !MEMKIT_WINDOWS  // posix_spawn, pipes and /proc/self/exe: POSIX only
 TEST_F(os_test, peak_resident_bytes_of_a_spawned_child_is_its_own) {
   // Linux keeps ru_maxrss across execve, so a child spawned by a big process would report the
   // parent's size as its own peak. Make this process big, spawn this test binary running only the
@@ -111,6 +130,7 @@ TEST_F(os_test, peak_resident_bytes_of_a_spawned_child_is_its_own) {
   EXPECT_GT(child_peak, 0u);
   EXPECT_LT(child_peak, bytes / 2) << "the child reported the parent's resident size as its peak";
 }
+#endif
 
 TEST_F(os_test, reserved_but_uncommitted_memory_faults) {
   // SIGSEGV normally; under AddressSanitizer its handler reports the fault and exits instead.
@@ -128,25 +148,25 @@ TEST_F(os_test, reserve_aligned_honours_alignment) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(r.value()) % alignment, 0u);
   EXPECT_TRUE(os::release(r.value(), alignment).ok());
-  EXPECT_EQ(os::reserve_aligned(os::page_size(), 3 * os::page_size()).error(), EINVAL);
+  EXPECT_EQ(os::reserve_aligned(os::page_size(), 3 * os::page_size()).error(), invalid_argument);
 }
 
 TEST_F(os_test, bad_arguments_are_einval_not_crashes) {
   const std::size_t page = os::page_size();
-  EXPECT_EQ(os::reserve(0).error(), EINVAL);
-  EXPECT_EQ(os::reserve(page + 1).error(), EINVAL);
-  EXPECT_EQ(os::map(0).error(), EINVAL);
+  EXPECT_EQ(os::reserve(0).error(), invalid_argument);
+  EXPECT_EQ(os::reserve(page + 1).error(), invalid_argument);
+  EXPECT_EQ(os::map(0).error(), invalid_argument);
   auto r = os::reserve(2 * page);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(os::commit(static_cast<char*>(r.value()) + 1, page).error(), EINVAL);
-  EXPECT_EQ(os::decommit(r.value(), page - 1).error(), EINVAL);
+  EXPECT_EQ(os::commit(static_cast<char*>(r.value()) + 1, page).error(), invalid_argument);
+  EXPECT_EQ(os::decommit(r.value(), page - 1).error(), invalid_argument);
   EXPECT_TRUE(os::release(r.value(), 2 * page).ok());
 }
 
 TEST_F(os_test, a_huge_reservation_fails_with_enomem) {
   auto r = os::reserve(std::size_t{1} << 62);
   EXPECT_FALSE(r.ok());
-  EXPECT_EQ(r.error(), ENOMEM);
+  EXPECT_EQ(r.error(), out_of_memory);
   EXPECT_STRNE(os::error_message(r.error()), "");
 }
 
@@ -171,6 +191,7 @@ TEST_F(os_test, injected_failures_count_down_then_stop) {
   EXPECT_TRUE(os::release(again.value(), page).ok());
 }
 
+#if !MEMKIT_WINDOWS  // RLIMIT_AS: POSIX only
 TEST_F(os_test, commit_fails_cleanly_under_an_address_space_limit) {
   // A child process under a small RLIMIT_AS sees ENOMEM from the system, not a crash.
   EXPECT_EXIT(
@@ -183,6 +204,7 @@ TEST_F(os_test, commit_fails_cleanly_under_an_address_space_limit) {
       },
       ::testing::ExitedWithCode(0), "");
 }
+#endif
 
 TEST_F(os_test, map_extend_and_remap_keep_contents) {
   const std::size_t page = os::page_size();
@@ -203,8 +225,14 @@ TEST_F(os_test, map_extend_and_remap_keep_contents) {
   if (blocker.value() == p + 64 * page) {
     EXPECT_FALSE(os::extend_mapping(p, 64 * page, 65 * page).ok());
   }
+#if MEMKIT_WINDOWS
+  // Windows neither extends nor shrinks a mapping, and releases whole ones only.
+  EXPECT_EQ(os::extend_mapping(p, 64 * page, 32 * page).error(), not_supported);
+  EXPECT_TRUE(os::release(p, 64 * page).ok());
+#else
   EXPECT_TRUE(os::extend_mapping(p, 64 * page, 32 * page).ok());  // shrinking always works
   EXPECT_TRUE(os::release(p, 32 * page).ok());
+#endif
   EXPECT_TRUE(os::release(blocker.value(), page).ok());
 }
 
@@ -217,10 +245,10 @@ TEST_F(os_test, move_pages_hands_pages_over_and_unmaps_the_source) {
   auto* to = static_cast<unsigned char*>(b.value());
   for (std::size_t i = 0; i < 8; ++i) from[i * page] = static_cast<unsigned char>(i + 1);
   // Bad arguments change nothing.
-  EXPECT_EQ(os::move_pages(from + 1, page, to).error(), EINVAL);
-  EXPECT_EQ(os::move_pages(from, page + 1, to).error(), EINVAL);
-  EXPECT_EQ(os::move_pages(from, 0, to).error(), EINVAL);
-  EXPECT_EQ(os::move_pages(from, 4 * page, from + 2 * page).error(), EINVAL);  // overlap
+  EXPECT_EQ(os::move_pages(from + 1, page, to).error(), invalid_argument);
+  EXPECT_EQ(os::move_pages(from, page + 1, to).error(), invalid_argument);
+  EXPECT_EQ(os::move_pages(from, 0, to).error(), invalid_argument);
+  EXPECT_EQ(os::move_pages(from, 4 * page, from + 2 * page).error(), invalid_argument);  // overlap
   // An injected failure leaves both ranges as they were.
   os::testing::inject_failure(os::testing::operation::map, 1);
   EXPECT_EQ(os::move_pages(from + 2 * page, 4 * page, to + page).error(), ENOMEM);
@@ -241,7 +269,7 @@ TEST_F(os_test, move_pages_hands_pages_over_and_unmaps_the_source) {
   EXPECT_TRUE(os::release(from, 2 * page).ok());
   EXPECT_TRUE(os::release(from + 6 * page, 2 * page).ok());
 #else
-  EXPECT_EQ(moved.error(), ENOTSUP);
+  EXPECT_EQ(moved.error(), not_supported);
   EXPECT_TRUE(os::release(from, 8 * page).ok());
 #endif
   EXPECT_TRUE(os::release(to, 8 * page).ok());
@@ -255,8 +283,8 @@ TEST_F(os_test, move_and_grow_pages_moves_a_mapping_into_a_larger_committed_rang
   auto* from = static_cast<unsigned char*>(a.value());
   auto* to = static_cast<unsigned char*>(b.value());
   for (std::size_t i = 0; i < 4; ++i) from[i * page] = static_cast<unsigned char>(i + 1);
-  EXPECT_EQ(os::move_and_grow_pages(from, 4 * page, to, 2 * page).error(), EINVAL);  // shrinks
-  EXPECT_EQ(os::move_and_grow_pages(from, 4 * page, from + page, 8 * page).error(), EINVAL);
+  EXPECT_EQ(os::move_and_grow_pages(from, 4 * page, to, 2 * page).error(), invalid_argument);  // shrinks
+  EXPECT_EQ(os::move_and_grow_pages(from, 4 * page, from + page, 8 * page).error(), invalid_argument);
   os::testing::inject_failure(os::testing::operation::map, 1);
   EXPECT_EQ(os::move_and_grow_pages(from, 4 * page, to, 10 * page).error(), ENOMEM);
   EXPECT_EQ(from[3 * page], 4);  // nothing moved
@@ -270,7 +298,7 @@ TEST_F(os_test, move_and_grow_pages_moves_a_mapping_into_a_larger_committed_rang
   unsigned char residency[4];
   EXPECT_EQ(::mincore(from, 4 * page, residency), -1);  // the source is gone
 #else
-  EXPECT_EQ(moved.error(), ENOTSUP);
+  EXPECT_EQ(moved.error(), not_supported);
   EXPECT_TRUE(os::release(from, 4 * page).ok());
 #endif
   EXPECT_TRUE(os::release(to, 16 * page).ok());

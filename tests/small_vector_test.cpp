@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -344,7 +345,7 @@ namespace {
 // there is room, else copied first and placed after growing. An argument that is an element of
 // the vector itself must survive the growth that moves it.
 TEST(small_vector, appending_its_own_wide_element_while_full_copies_it_before_growing) {
-  using wide = std::array<long, 4>;
+  using wide = std::array<std::int64_t, 4>;  // not long: 4 bytes on Windows
   static_assert(sizeof(wide) == 32);
   test_allocator allocator;
   memkit::small_vector<wide, 2> v(allocator);

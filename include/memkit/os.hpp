@@ -145,6 +145,13 @@ result<cpu_times> process_cpu_times() noexcept;
 // Usable size of a block from the C library's malloc, or 0 where the C library does not say.
 std::size_t malloc_usable_size(void* block) noexcept;
 
+// A block of `size` bytes aligned to `alignment` (a power of two) from the C library's heap, or
+// null. Free it with free_aligned(), never free() (Windows keeps such blocks apart).
+void* malloc_aligned(std::size_t size, std::size_t alignment) noexcept;
+
+// Frees a block from malloc_aligned(); null does nothing.
+void free_aligned(void* block) noexcept;
+
 // Human-readable text of an error number returned by this layer (never null).
 const char* error_message(int error) noexcept;
 

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <malloc.h>
 
@@ -32,9 +33,27 @@ namespace {
 
 using testing::operation;
 
+std::size_t system_page_size() noexcept {
+  static const std::size_t size = [] {
+    const long bytes = sysconf(_SC_PAGESIZE);
+    return bytes > 0 ? static_cast<std::size_t>(bytes) : std::size_t{4096};
+  }();
+  return size;
+}
+
+// The page size the rest of memkit sees: the system's, or a larger power of two (at most 1 MiB)
+// from MEMKIT_PAGE_SIZE, so that a test suite can run with the 16 KiB and 64 KiB granularities of
+// other systems on a 4 KiB machine. Read once.
 std::size_t query_page_size() noexcept {
-  long size = sysconf(_SC_PAGESIZE);
-  return size > 0 ? static_cast<std::size_t>(size) : 4096;
+  const std::size_t system = system_page_size();
+  if (const char* forced = std::getenv("MEMKIT_PAGE_SIZE"); forced != nullptr && forced[0] != '\0') {
+    char* end = nullptr;
+    const unsigned long long bytes = std::strtoull(forced, &end, 10);
+    if (*end == '\0' && bytes > system && bytes <= (std::size_t{1} << 20) && (bytes & (bytes - 1)) == 0) {
+      return static_cast<std::size_t>(bytes);
+    }
+  }
+  return system;
 }
 
 bool page_aligned(const void* address, std::size_t bytes) noexcept {
@@ -42,10 +61,42 @@ bool page_aligned(const void* address, std::size_t bytes) noexcept {
   return (reinterpret_cast<std::uintptr_t>(address) & mask) == 0 && (bytes & mask) == 0;
 }
 
-result<void*> map_anonymous(std::size_t bytes, int protection, int extra_flags) noexcept {
+result<void*> map_anonymous_unaligned(std::size_t bytes, int protection, int extra_flags) noexcept {
   void* p = ::mmap(nullptr, bytes, protection, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
   if (p == MAP_FAILED) return result<void*>::failure(errno);
   return p;
+}
+
+// Maps `bytes` (a multiple of the system's page size) starting at a multiple of `alignment` by
+// mapping more and trimming both ends.
+result<void*> map_anonymous_aligned(std::size_t bytes, std::size_t alignment, int protection,
+                                    int extra_flags) noexcept {
+  if (alignment <= system_page_size()) return map_anonymous_unaligned(bytes, protection, extra_flags);
+  const std::size_t padded = bytes + alignment - system_page_size();
+  if (padded < bytes) return result<void*>::failure(ENOMEM);
+  auto raw = map_anonymous_unaligned(padded, protection, extra_flags);
+  if (!raw) return raw;
+  auto start = reinterpret_cast<std::uintptr_t>(raw.value());
+  auto aligned = (start + alignment - 1) & ~(std::uintptr_t{alignment} - 1);
+  std::size_t head = aligned - start;
+  std::size_t tail = padded - head - bytes;
+  // Trimming cannot fail for a range we just mapped short of a kernel bug; report it if it does.
+  if (head != 0 && ::munmap(raw.value(), head) != 0) {
+    int error = errno;
+    ::munmap(raw.value(), padded);
+    return result<void*>::failure(error);
+  }
+  if (tail != 0 && ::munmap(reinterpret_cast<void*>(aligned + bytes), tail) != 0) {
+    int error = errno;
+    ::munmap(reinterpret_cast<void*>(aligned), bytes + tail);
+    return result<void*>::failure(error);
+  }
+  return reinterpret_cast<void*>(aligned);
+}
+
+// A fresh mapping at page_size() granularity (larger than the system's when MEMKIT_PAGE_SIZE says).
+result<void*> map_anonymous(std::size_t bytes, int protection, int extra_flags) noexcept {
+  return map_anonymous_aligned(bytes, page_size(), protection, extra_flags);
 }
 
 }  // namespace
@@ -87,25 +138,7 @@ result<void*> reserve_aligned(std::size_t bytes, std::size_t alignment) noexcept
     return result<void*>::failure(EINVAL);
   }
   if (int error = detail::injected_failure(operation::reserve)) return result<void*>::failure(error);
-  const std::size_t padded = bytes + alignment;
-  auto raw = map_anonymous(padded, PROT_NONE, MAP_NORESERVE);
-  if (!raw) return raw;
-  auto start = reinterpret_cast<std::uintptr_t>(raw.value());
-  auto aligned = (start + alignment - 1) & ~(std::uintptr_t{alignment} - 1);
-  std::size_t head = aligned - start;
-  std::size_t tail = padded - head - bytes;
-  // Trimming cannot fail for a range we just mapped short of a kernel bug; report it if it does.
-  if (head != 0 && ::munmap(raw.value(), head) != 0) {
-    int error = errno;
-    ::munmap(raw.value(), padded);
-    return result<void*>::failure(error);
-  }
-  if (tail != 0 && ::munmap(reinterpret_cast<void*>(aligned + bytes), tail) != 0) {
-    int error = errno;
-    ::munmap(reinterpret_cast<void*>(aligned), bytes + tail);
-    return result<void*>::failure(error);
-  }
-  return reinterpret_cast<void*>(aligned);
+  return map_anonymous_aligned(bytes, alignment, PROT_NONE, MAP_NORESERVE);
 }
 
 status commit(void* address, std::size_t bytes) noexcept {
@@ -181,6 +214,19 @@ result<void*> remap(void* address, std::size_t old_bytes, std::size_t new_bytes)
   }
 #if defined(__linux__)
   if (int error = detail::injected_failure(operation::map)) return result<void*>::failure(error);
+  if (page_size() > system_page_size()) {
+    // The kernel would move the pages to any address of its page size: give it a destination at
+    // ours.
+    auto target = map_anonymous(new_bytes, PROT_NONE, MAP_NORESERVE);
+    if (!target) return target;
+    void* p = ::mremap(address, old_bytes, new_bytes, MREMAP_MAYMOVE | MREMAP_FIXED, target.value());
+    if (p == MAP_FAILED) {
+      const int error = errno;
+      ::munmap(target.value(), new_bytes);
+      return result<void*>::failure(error);
+    }
+    return p;
+  }
   void* p = ::mremap(address, old_bytes, new_bytes, MREMAP_MAYMOVE);
   if (p == MAP_FAILED) return result<void*>::failure(errno);
   return p;
@@ -251,7 +297,7 @@ status prefault(void* address, std::size_t bytes) noexcept {
   // EINVAL: a kernel older than 5.14; fall back to touching each page.
 #endif
   auto* p = static_cast<volatile char*>(address);
-  for (std::size_t offset = 0; offset < bytes; offset += page_size()) p[offset] = p[offset];
+  for (std::size_t offset = 0; offset < bytes; offset += system_page_size()) p[offset] = p[offset];
   return {};
 }
 
@@ -263,7 +309,7 @@ result<std::size_t> current_resident_bytes() noexcept {
   int fields = std::fscanf(f, "%llu %llu", &total_pages, &resident_pages);
   std::fclose(f);
   if (fields != 2) return result<std::size_t>::failure(EIO);
-  return static_cast<std::size_t>(resident_pages) * page_size();
+  return static_cast<std::size_t>(resident_pages) * system_page_size();
 #elif defined(__APPLE__)
   mach_task_basic_info info{};
   mach_msg_type_number_t count = MACH_TASK_BASIC_INFO_COUNT;
@@ -321,6 +367,14 @@ std::size_t malloc_usable_size(void* block) noexcept {
   return 0;
 #endif
 }
+
+void* malloc_aligned(std::size_t size, std::size_t alignment) noexcept {
+  void* p = nullptr;
+  if (alignment < sizeof(void*)) alignment = sizeof(void*);
+  return ::posix_memalign(&p, alignment, size) == 0 ? p : nullptr;
+}
+
+void free_aligned(void* block) noexcept { std::free(block); }
 
 const char* error_message(int error) noexcept {
   if (error == -1) return "injected or unknown failure";
@@ -577,12 +631,28 @@ result<std::size_t> read_memory(const void*, void*, std::size_t) noexcept {
 #endif
 
 status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept {
+  // mincore answers per system page; with a larger page_size() (MEMKIT_PAGE_SIZE) each of ours is
+  // resident when any of its system pages is, asked one of ours at a time.
+  const std::size_t page = page_size();
+  const std::size_t per_page = page / system_page_size();  // at most 1 MiB / 4 KiB
+  unsigned char system_pages[256];
+  unsigned char* answer = per_page == 1 ? resident : system_pages;
+  const std::size_t step = per_page == 1 ? bytes : page;
+  for (std::size_t offset = 0, i = 0; offset < bytes; offset += step, ++i) {
+    const std::size_t length = bytes - offset < step ? bytes - offset : step;
+    void* at = const_cast<char*>(static_cast<const char*>(address)) + offset;
 #if defined(__APPLE__)
-  if (::mincore(const_cast<void*>(address), bytes, reinterpret_cast<char*>(resident)) != 0) return status::failure(errno);
+    if (::mincore(at, length, reinterpret_cast<char*>(answer)) != 0) return status::failure(errno);
 #else
-  if (::mincore(const_cast<void*>(address), bytes, resident) != 0) return status::failure(errno);
+    if (::mincore(at, length, answer) != 0) return status::failure(errno);
 #endif
-  for (std::size_t i = 0, n = (bytes + page_size() - 1) / page_size(); i < n; ++i) resident[i] &= 1;
+    if (per_page != 1) {
+      unsigned char any = 0;
+      for (std::size_t j = 0; j < (length + system_page_size() - 1) / system_page_size(); ++j) any |= answer[j];
+      resident[i] = any;
+    }
+  }
+  for (std::size_t i = 0, n = (bytes + page - 1) / page; i < n; ++i) resident[i] &= 1;
   return {};
 }
 

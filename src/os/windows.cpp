@@ -98,15 +98,19 @@ std::size_t huge_page_size() noexcept { return 0; }
 result<void*> reserve(std::size_t bytes) noexcept {
   if (bytes == 0 || !page_aligned(nullptr, bytes)) return result<void*>::failure(invalid_parameter);
   if (int error = detail::injected_failure(operation::reserve)) return result<void*>::failure(error);
-  return virtual_alloc(nullptr, bytes, MEM_RESERVE, PAGE_NOACCESS);
+  auto reserved = virtual_alloc(nullptr, bytes, MEM_RESERVE, PAGE_NOACCESS);
+  // VirtualAlloc calls a size beyond the address space an invalid parameter; to callers it is
+  // address space running out, as on POSIX.
+  if (!reserved && reserved.error() == invalid_parameter) return result<void*>::failure(ERROR_NOT_ENOUGH_MEMORY);
+  return reserved;
 }
 
 result<void*> reserve_aligned(std::size_t bytes, std::size_t alignment) noexcept {
-  if (alignment <= reservation_granularity()) return reserve(bytes);
-  if ((alignment & (alignment - 1)) != 0 || bytes == 0 || !page_aligned(nullptr, bytes) ||
+  if ((alignment & (alignment - 1)) != 0 || alignment == 0 || bytes == 0 || !page_aligned(nullptr, bytes) ||
       bytes + alignment < bytes) {
     return result<void*>::failure(invalid_parameter);
   }
+  if (alignment <= reservation_granularity()) return reserve(bytes);
   if (int error = detail::injected_failure(operation::reserve)) return result<void*>::failure(error);
   // A reservation cannot be trimmed on Windows, so find an aligned hole by reserving an oversized
   // range, releasing it, and reserving exactly at the aligned address inside it. Another thread may
@@ -194,13 +198,25 @@ result<void*> remap(void* address, std::size_t old_bytes, std::size_t new_bytes)
 }
 
 status move_pages(void* from, std::size_t bytes, void* to) noexcept {
-  if (!page_aligned(from, bytes) || !page_aligned(to, 0) || bytes == 0) {
+  const auto source = reinterpret_cast<std::uintptr_t>(from);
+  const auto target = reinterpret_cast<std::uintptr_t>(to);
+  if (!page_aligned(from, bytes) || !page_aligned(to, 0) || bytes == 0 ||
+      (source < target + bytes && target < source + bytes)) {
     return status::failure(invalid_parameter);
   }
+  // Checked like the POSIX layer's, so that a test of the failure path runs the same everywhere.
+  if (int error = detail::injected_failure(operation::map)) return status::failure(error);
   return status::failure(not_supported);
 }
 
-status move_and_grow_pages(void*, std::size_t, void*, std::size_t) noexcept {
+status move_and_grow_pages(void* from, std::size_t bytes, void* to, std::size_t new_bytes) noexcept {
+  const auto source = reinterpret_cast<std::uintptr_t>(from);
+  const auto target = reinterpret_cast<std::uintptr_t>(to);
+  if (!page_aligned(from, bytes) || !page_aligned(to, new_bytes) || bytes == 0 || new_bytes < bytes ||
+      (source < target + new_bytes && target < source + bytes)) {
+    return status::failure(invalid_parameter);
+  }
+  if (int error = detail::injected_failure(operation::map)) return status::failure(error);
   return status::failure(not_supported);
 }
 
@@ -251,9 +267,17 @@ result<cpu_times> process_cpu_times() noexcept {
   return cpu_times{ns(user), ns(kernel)};
 }
 
-std::size_t malloc_usable_size(void* block) noexcept {
-  return block == nullptr ? 0 : ::_msize(block);
+std::size_t malloc_usable_size(void*) noexcept {
+  // _msize knows blocks from plain malloc only, and callers cannot say which kind they hold (a
+  // block from _aligned_malloc would be misread): report nothing.
+  return 0;
 }
+
+void* malloc_aligned(std::size_t size, std::size_t alignment) noexcept {
+  return ::_aligned_malloc(size == 0 ? 1 : size, alignment);
+}
+
+void free_aligned(void* block) noexcept { ::_aligned_free(block); }
 
 const char* error_message(int error) noexcept {
   if (error == -1) return "injected or unknown failure";

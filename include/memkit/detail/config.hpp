@@ -14,8 +14,24 @@
 #endif
 #endif
 
+// MEMKIT_WINDOWS: 1 when compiling for Windows, else 0. memkit's sources never test it (src/os/
+// has one file per platform); tests use it to leave out what needs POSIX processes (fork, rlimits,
+// /proc, pipes), each case with its reason.
+#if defined(_WIN32)
+#define MEMKIT_WINDOWS 1
+#else
+#define MEMKIT_WINDOWS 0
+#endif
+
+// Branch hints, where the compiler has them (GCC, Clang, and compilers that present themselves as
+// GCC); plain conditions elsewhere.
+#if defined(__GNUC__) || defined(__clang__)
 #define MEMKIT_LIKELY(x) __builtin_expect(!!(x), 1)
 #define MEMKIT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define MEMKIT_LIKELY(x) (!!(x))
+#define MEMKIT_UNLIKELY(x) (!!(x))
+#endif
 
 namespace memkit::detail {
 // Prints "memkit: contract violated: <message> (<condition>) at file:line" to stderr and aborts.

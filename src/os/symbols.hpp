@@ -1,0 +1,63 @@
+// Internal: the platform half of stack traces (src/stack_trace.cpp) and their symbolization
+// (src/symbolizer.cpp): walking the stack, finding the loaded module and symbol of an address,
+// writing to a descriptor. One implementation per platform: src/os/posix_symbols.cpp (ELF: libunwind
+// or the compiler's unwinder, dl_iterate_phdr, dladdr, libdw opened at run time) and
+// src/os/windows_symbols.cpp (RtlCaptureStackBackTrace, the module list of the process).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "memkit/detail/stack_trace.hpp"
+
+namespace memkit::os::symbols {
+
+// Stores up to `max_frames` return addresses of the calling thread's stack in `frames`, innermost
+// first, starting with the caller of capture(). Never calls malloc after its first use (the first
+// may load the unwinder). Returns how many were stored.
+std::size_t capture(void** frames, std::size_t max_frames) noexcept;
+
+// An address range [begin, end).
+struct code_range {
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+  bool contains(const void* address) const noexcept {
+    const auto a = reinterpret_cast<std::uintptr_t>(address);
+    return a >= begin && a < end;
+  }
+};
+
+// The executable code of the module (executable or shared library) that holds memkit itself.
+code_range own_code() noexcept;
+
+// How the symbolizer keeps what it finds: `keep` copies a string into storage that lives as long
+// as the process, `demangle` does the same with a symbol name, demangled. Both return null when
+// out of memory.
+struct string_keeper {
+  const char* (*keep)(const char* text) noexcept;
+  const char* (*demangle)(const char* name) noexcept;
+};
+
+// Loads the debug-information reader (libdw on ELF systems; `library` overrides its name for
+// tests, null for the default). False where there is none; then only resolve_exported() works.
+// Called with the symbolizer's lock held, like the two functions below.
+bool load_debug_info(const char* library) noexcept;
+
+// Names the function, file and line and the object of a return address `address` (the call is at
+// address - 1) from the debug information; false when no loaded module holds it.
+bool resolve_with_debug_info(std::uintptr_t address, detail::resolved_frame& out, const string_keeper& keeper) noexcept;
+
+// Names the object, and the function when it is exported, of a return address, without debug
+// information and without locks. With `keeper` the strings are copied; without (a re-entrant call,
+// where the symbolizer's storage is in use) they point into the system's own tables.
+bool resolve_exported(std::uintptr_t address, detail::resolved_frame& out, const string_keeper* keeper) noexcept;
+
+// Runs `handler` in the child after a fork() (POSIX), once per process; false when it cannot be
+// installed. Where processes do not fork, does nothing and returns true.
+bool on_fork_in_child(void (*handler)()) noexcept;
+
+// Writes all of [text, text + length) to the descriptor `fd` (2: the standard error), retrying
+// short writes; gives up silently on an error.
+void write_all(int fd, const char* text, std::size_t length) noexcept;
+
+}  // namespace memkit::os::symbols
