@@ -57,9 +57,9 @@ using source_location = std::source_location;
 // arguments evaluate at the call site just as std::source_location::current() does.
 struct source_location {
   // The location of the call that uses this as a default argument.
-  static constexpr source_location current(const char* file = __builtin_FILE(),
-                                           const char* function = __builtin_FUNCTION(),
-                                           std::uint_least32_t line = __builtin_LINE()) noexcept {
+  static constexpr source_location current(const char* file = MEMKIT_CALLER_FILE(),
+                                           const char* function = MEMKIT_CALLER_FUNCTION(),
+                                           std::uint_least32_t line = MEMKIT_CALLER_LINE()) noexcept {
     source_location where;
     where.file_ = file;
     where.function_ = function;

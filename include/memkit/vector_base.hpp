@@ -655,7 +655,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // Out of line, apart from move_to_new_block: each saves only the registers its own calls need.
   // Throw: a failed reallocate() throws std::bad_alloc instead of returning false.
   template <bool MayMoveBytes, bool Throw = false>
-  MEMKIT_DETAIL_VECTOR_NOINLINE bool resize_heap_buffer(size_type new_capacity) noexcept(!Throw) {
+  MEMKIT_NOINLINE bool resize_heap_buffer(size_type new_capacity) noexcept(!Throw) {
     const std::size_t old_bytes = counts_.capacity() * sizeof(T);
     const std::size_t new_bytes = new_capacity * sizeof(T);
     if constexpr (MayMoveBytes && relocatable()) {
@@ -677,7 +677,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // refer to elements). Strong guarantee: if fill or a relocation throws, nothing changed.
   // Returns the gap, or null (nothing changed) when the allocator fails.
   template <class Fill>
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_into_new_block(size_type index, size_type count, size_type new_capacity, Fill&& fill) {
+  MEMKIT_NOINLINE T* grow_into_new_block(size_type index, size_type count, size_type new_capacity, Fill&& fill) {
     const size_type old_size = size();
     detail::allocation_transaction<T> fresh(alloc(), new_capacity, max_size());
     if (MEMKIT_UNLIKELY(fresh.failed())) return nullptr;
@@ -703,7 +703,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // Throw: a failed allocation throws std::bad_alloc instead of returning false. MayBeHeap: as
   // for adopt_block (false for a spill out of inline storage or a first allocation).
   template <bool Throw = false, bool MayBeHeap = true>
-  MEMKIT_DETAIL_VECTOR_NOINLINE bool move_to_new_block(size_type new_capacity) noexcept(!Throw && relocation_is_nothrow()) {
+  MEMKIT_NOINLINE bool move_to_new_block(size_type new_capacity) noexcept(!Throw && relocation_is_nothrow()) {
     detail::allocation_transaction<T> fresh(alloc(), new_capacity, max_size());
     if (MEMKIT_UNLIKELY(fresh.failed())) {
       if constexpr (Throw) throw std::bad_alloc();
@@ -812,7 +812,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   }
   // grow_full_for_one_more() or throw: a dispatcher that jumps on to the phase that applies (the
   // callees throw themselves), so a spill costs no frame here.
-  MEMKIT_DETAIL_VECTOR_NOINLINE void make_room_for_one_or_throw() {
+  MEMKIT_NOINLINE void make_room_for_one_or_throw() {
     const size_type count = size();  // == capacity()
     if (MEMKIT_UNLIKELY(count >= max_size())) throw_length_error();
     const size_type wanted = next_capacity(count, count + 1);
@@ -824,7 +824,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   }
   // The slow path of try_emplace_back for small trivially copyable T (`value` is a copy, so the
   // buffer may move). Null (nothing changed) on failure.
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_append_copy(const T& value) noexcept {
+  MEMKIT_NOINLINE T* grow_and_append_copy(const T& value) noexcept {
     if (!grow_full_for_one_more()) return nullptr;
     T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
     counts_.increment_size();
@@ -834,7 +834,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // emplace_back's slow path for other T, as one out-of-line call that throws itself, so the
   // caller's loop keeps size, capacity and data in registers on the fast path.
   template <class... Args>
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_emplace_back_or_throw(Args&&... args) {
+  MEMKIT_NOINLINE T* grow_and_emplace_back_or_throw(Args&&... args) {
     T* slot = grow_and_emplace_back(std::forward<Args>(args)...);
     if (slot == nullptr) throw_growth_failure(size() + 1);
     return slot;
@@ -863,7 +863,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // by reallocate(), when MayMoveBytes), then constructs; else in a new block, where the element
   // is built before the old ones move (strong guarantee).
   template <bool MayMoveBytes, class Construct>
-  MEMKIT_DETAIL_VECTOR_NOINLINE T* grow_and_construct_back(Construct&& construct) {
+  MEMKIT_NOINLINE T* grow_and_construct_back(Construct&& construct) {
     if (size() >= max_size()) return nullptr;
     const size_type new_capacity = next_capacity(capacity(), size() + 1);
     if (!is_inline() && data_ != nullptr) {

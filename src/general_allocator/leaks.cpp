@@ -491,7 +491,7 @@ bool leak_scanner::find(std::uintptr_t v, const unsigned char*& start, std::uint
 void leak_scanner::reach(const unsigned char* start, std::size_t size, std::uint8_t* mark) noexcept {
   if (start == leader_) return;
   *mark = new_mark_;
-  __builtin_prefetch(start);
+  MEMKIT_PREFETCH(start);
   stack_[depth_++] = {start, size};
 }
 

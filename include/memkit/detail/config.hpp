@@ -33,6 +33,22 @@
 #define MEMKIT_UNLIKELY(x) (!!(x))
 #endif
 
+// MEMKIT_NOINLINE keeps a slow path out of its callers; MEMKIT_PREFETCH(p) asks for the cache line
+// at p ahead of a read. Both are hints and vanish where the compiler has no such builtin.
+#if defined(__GNUC__) || defined(__clang__)
+#define MEMKIT_NOINLINE __attribute__((noinline))
+#define MEMKIT_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define MEMKIT_NOINLINE
+#define MEMKIT_PREFETCH(p) static_cast<void>(p)
+#endif
+
+// The caller's file, function and line when used as default arguments, for standard libraries
+// without std::source_location (Clang 14 with libstdc++); see memkit::source_location.
+#define MEMKIT_CALLER_FILE() __builtin_FILE()
+#define MEMKIT_CALLER_FUNCTION() __builtin_FUNCTION()
+#define MEMKIT_CALLER_LINE() __builtin_LINE()
+
 namespace memkit::detail {
 // Prints "memkit: contract violated: <message> (<condition>) at file:line" to stderr and aborts.
 [[noreturn]] void contract_violation(const char* condition, const char* message, const char* file,

@@ -15,12 +15,6 @@
 #include "memkit/detail/transactions.hpp"
 #include "memkit/type_traits.hpp"
 
-#if defined(__GNUC__) || defined(__clang__)
-#define MEMKIT_DETAIL_VECTOR_NOINLINE __attribute__((noinline))
-#else
-#define MEMKIT_DETAIL_VECTOR_NOINLINE
-#endif
-
 namespace memkit::detail {
 
 // 32-bit counts keep small_vector<int, N>'s overhead at 24 bytes; byte-sized elements keep
