@@ -158,9 +158,11 @@ void general_allocator::impl::free_remote(segment* s, page* pg, block* b) noexce
     b->next = reinterpret_cast<block*>(old & ~tf_state_mask);
   } while (!pg->thread_free.compare_exchange_weak(
       old, reinterpret_cast<std::uintptr_t>(b) | (state == tf_notify ? tf_notified : state),
-      std::memory_order_release, std::memory_order_relaxed));
+      std::memory_order_acq_rel, std::memory_order_relaxed));
   if (state != tf_notify) return;
-  // This free made a full page usable again: tell its owner. The page cannot be released before
+  // The exchange above acquires the owner's tf_notify (set after it last drained the page), so
+  // the owner's reset of notify_next happens before the write below. This free made a full page
+  // usable again: tell its owner. The page cannot be released before
   // the owner drains it (release requires the normal state), so pushing it is safe.
   heap* owner = s->owner.load(std::memory_order_acquire);
   page* head = owner->notified.load(std::memory_order_relaxed);
