@@ -53,14 +53,6 @@ using backtrace_function = int (*)(void**, int);
 std::atomic<backtrace_function> fast_backtrace{nullptr};
 std::atomic<int> fast_backtrace_state{0};  // 0: not looked for, 1: looking, 2: done
 
-#if defined(__SANITIZE_THREAD__)
-#define MEMKIT_STACK_TRACE_NO_LIBUNWIND 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MEMKIT_STACK_TRACE_NO_LIBUNWIND 1
-#endif
-#endif
-
 backtrace_function find_fast_backtrace() noexcept {
 #if defined(MEMKIT_STACK_TRACE_NO_LIBUNWIND)
   // Under ThreadSanitizer, libunwind's thread-exit destructor locks a mutex after TSan has torn
