@@ -102,6 +102,9 @@ TEST(general_allocator_debug, foreign_pointers_are_reported) {
   // Inside a page of this allocator but never handed out.
   auto* r = static_cast<char*>(a.allocate(64));
   EXPECT_DEATH(a.free(r + 4096 * 8), "memkit: free of a pointer this allocator did not allocate");
+  // Inside r's page, in the middle of a slot never handed out (no slot starts at an odd multiple
+  // of 4): not an interior pointer of a block, since there is no block there.
+  EXPECT_DEATH(a.free(r + 1004), "memkit: free of a pointer this allocator did not allocate: 0x[0-9a-f]+\n");
   a.free(r);
 }
 

@@ -343,7 +343,8 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
   if (within != 0 || r->state != live || (wanted != 0 && (r->flags & family_mask) != 0 && (r->flags & family_mask) != wanted)) {
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
   }
-  if (within != 0) {
+  // A slot never handed out is no block: a pointer into it is reported below as foreign.
+  if (within != 0 && r->state != never_used) {
     report_writer out(fd, o.format);
     out.begin("interior-free", p, r->requested,
               "free of an interior pointer %p (%zu bytes into the %u-byte block at %p)", p, within,
