@@ -485,9 +485,30 @@ status for_each_region(region_visitor visit, void* context) noexcept {
   return {};
 }
 
+// The committed, readable bytes from `address` on, at most `bytes`: one VirtualQuery per run of
+// pages in the same state.
+std::size_t readable_prefix(const void* address, std::size_t bytes) noexcept {
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  std::uintptr_t at = begin;
+  while (at - begin < bytes) {
+    MEMORY_BASIC_INFORMATION m;
+    if (::VirtualQuery(reinterpret_cast<const void*>(at), &m, sizeof m) == 0) break;
+    if (m.State != MEM_COMMIT || !readable_protection(m.Protect)) break;
+    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(m.BaseAddress) + m.RegionSize;
+    if (end <= at) break;
+    at = end;
+  }
+  return at - begin < bytes ? static_cast<std::size_t>(at - begin) : bytes;
+}
+
 // ReadProcessMemory on the current process: the system copies, so a page freed or protected
-// meanwhile ends the copy (a partial copy reports how far it got) instead of faulting.
+// meanwhile ends the copy (a partial copy reports how far it got) instead of faulting. The copy is
+// first limited to the pages VirtualQuery calls committed and readable: Wine's ReadProcessMemory
+// reads the process's memory through the host kernel, which ignores page protection, and would
+// hand back a decommitted or reserved page (as zeros) instead of stopping there.
 result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept {
+  bytes = readable_prefix(address, bytes);
+  if (bytes == 0) return std::size_t{0};
   SIZE_T got = 0;
   if (::ReadProcessMemory(::GetCurrentProcess(), address, buffer, bytes, &got) != 0) return std::size_t{got};
   const DWORD error = ::GetLastError();
