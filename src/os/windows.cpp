@@ -279,6 +279,8 @@ void* malloc_aligned(std::size_t size, std::size_t alignment) noexcept {
 
 void free_aligned(void* block) noexcept { ::_aligned_free(block); }
 
+bool is_unsupported(int error) noexcept { return error == not_supported; }
+
 const char* error_message(int error) noexcept {
   if (error == -1) return "injected or unknown failure";
   thread_local char text[256];
