@@ -669,10 +669,8 @@ std::size_t general_allocator::report_leaks(int fd) const noexcept {
   // snapshot leaves out the argument registers, which hold whatever the last calls left there.
   os::register_snapshot registers;
   MEMKIT_OS_CAPTURE_REGISTERS(registers);
-  const std::size_t lost = im->report_lost_blocks(fd, &registers, sizeof registers,
-                                                  reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) +
-                                                      2 * sizeof(void*) + os::caller_argument_home_bytes,
-                                                  summary);
+  const std::size_t lost =
+      im->report_lost_blocks(fd, &registers, sizeof registers, MEMKIT_OS_CALLER_STACK_START(), summary);
   __asm__ volatile("" : : "r"(&registers) : "memory");  // keeps the frame (no tail call)
   return lost;
 }

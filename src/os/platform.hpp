@@ -105,6 +105,13 @@ inline constexpr std::size_t caller_argument_home_bytes = 32;
 inline constexpr std::size_t caller_argument_home_bytes = 0;
 #endif
 
+// The lowest address of the calling function's caller's frame that a conservative scan of the
+// stack should cover: above the calling function's saved frame pointer, its return address and
+// the home space above them. A macro, so that the frame is the calling function's own.
+#define MEMKIT_OS_CALLER_STACK_START()                                                     \
+  (reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) + 2 * sizeof(void*) + \
+   ::memkit::os::caller_argument_home_bytes)
+
 // The calling thread's registers, for a conservative scan that treats whatever they hold as
 // possible pointers. Only the callee-saved registers matter: they can carry the caller's pointers.
 #if defined(_WIN32)
