@@ -207,6 +207,36 @@ TEST(general_allocator_stress, threads_that_come_and_go_reuse_heaps) {
 
 TEST(general_allocator_stress, global_instance_under_the_same_load) { run_stress(general_allocator::global(), 4); }
 
+// Destroying a private allocator frees the heaps of the threads that used it while those threads
+// (this one among them) still hold them in its thread-exit slot: deleting the slot must run no
+// exit callback on them (Windows' FlsFree runs a slot's callback for every thread's value unless
+// the os layer prevents it), and the threads must exit cleanly afterwards.
+TEST(general_allocator_stress, destroying_an_allocator_runs_no_thread_exit_callback_on_its_freed_heaps) {
+  std::atomic<int> stage{0};
+  std::thread user;
+  {
+    general_allocator a;
+    void* mine = a.allocate(64);
+    ASSERT_NE(mine, nullptr);
+    a.free(mine);
+    user = std::thread([&] {
+      void* theirs = a.allocate(64);
+      if (theirs != nullptr) a.free(theirs);
+      stage.store(theirs != nullptr ? 1 : -1);
+      while (stage.load() != 2) std::this_thread::yield();  // alive while `a` is destroyed
+    });
+    while (stage.load() == 0) std::this_thread::yield();
+    ASSERT_EQ(stage.load(), 1);
+    EXPECT_EQ(a.statistics().heaps, 2u);
+  }
+  stage.store(2);
+  user.join();  // its exit runs no callback for the deleted slot either
+  general_allocator fresh;  // the process goes on allocating normally
+  void* p = fresh.allocate(64);
+  EXPECT_NE(p, nullptr);
+  fresh.free(p);
+}
+
 }  // namespace
 
 namespace {

@@ -29,7 +29,7 @@ namespace {
 // The error numbers the os layer reports for its own checks: errno values on POSIX,
 // ERROR_INVALID_PARAMETER and ERROR_NOT_SUPPORTED on Windows.
 constexpr int invalid_argument = MEMKIT_WINDOWS ? 87 : EINVAL;
-[[maybe_unused]] constexpr int not_supported = MEMKIT_WINDOWS ? 50 : ENOTSUP;  // unused on Linux
+constexpr int not_supported = MEMKIT_WINDOWS ? 50 : ENOTSUP;
 constexpr int out_of_memory = MEMKIT_WINDOWS ? 8 : ENOMEM;  // the system's, not an injected one
 
 class os_test : public ::testing::Test {
@@ -234,6 +234,23 @@ TEST_F(os_test, map_extend_and_remap_keep_contents) {
   EXPECT_TRUE(os::release(p, 32 * page).ok());
 #endif
   EXPECT_TRUE(os::release(blocker.value(), page).ok());
+}
+
+TEST_F(os_test, unsupported_operations_are_told_apart_from_failures) {
+  // The general allocator stops trying to move pages once the system says it cannot; a failure
+  // for lack of room must not switch that off.
+  EXPECT_TRUE(os::is_unsupported(not_supported));
+  EXPECT_FALSE(os::is_unsupported(out_of_memory));
+  EXPECT_FALSE(os::is_unsupported(invalid_argument));
+#if MEMKIT_WINDOWS
+  // What the Windows layer returns for an operation it cannot do is recognised as such.
+  auto mapped = os::map(os::page_size());
+  ASSERT_TRUE(mapped.ok());
+  const auto extended = os::extend_mapping(mapped.value(), os::page_size(), 2 * os::page_size());
+  ASSERT_FALSE(extended.ok());
+  EXPECT_TRUE(os::is_unsupported(extended.error()));
+  EXPECT_TRUE(os::release(mapped.value(), os::page_size()).ok());
+#endif
 }
 
 TEST_F(os_test, move_pages_hands_pages_over_and_unmaps_the_source) {

@@ -155,6 +155,10 @@ void free_aligned(void* block) noexcept;
 // Human-readable text of an error number returned by this layer (never null).
 const char* error_message(int error) noexcept;
 
+// Whether an error number returned by this layer means the system cannot do the operation at all
+// (ENOTSUP on POSIX, ERROR_NOT_SUPPORTED on Windows), as opposed to a failure this time.
+bool is_unsupported(int error) noexcept;
+
 // Fault injection for tests: memkit's own tests (and users testing their error paths) can make the
 // next calls of an operation fail without touching the real system.
 namespace testing {

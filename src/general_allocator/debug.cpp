@@ -655,8 +655,11 @@ std::size_t general_allocator::report_leaks(int fd) const noexcept {
 }
 
 // The registers and the stack of the calling thread are captured here, in the outermost frame
-// of the report: the scan covers `registers` and everything above it on the stack, so that the
-// scan's own frames (which hold block addresses while it runs) are never taken as roots.
+// of the report: the scan covers `registers` and the caller's stack, from above this frame's
+// return address and the argument home space the caller reserved for it (Windows x64), so that
+// neither the scan's own frames (which hold block addresses while it runs) nor slots this call
+// left unwritten (which still hold what the caller's returned callees left there, such as a
+// block the caller just lost) are taken as roots.
 [[gnu::noinline]] std::size_t general_allocator::report_leaks(int fd, leak_summary& summary) const noexcept {
   summary = leak_summary{};
   impl* im = impl_;
@@ -667,8 +670,8 @@ std::size_t general_allocator::report_leaks(int fd) const noexcept {
   // snapshot leaves out the argument registers, which hold whatever the last calls left there.
   os::register_snapshot registers;
   MEMKIT_OS_CAPTURE_REGISTERS(registers);
-  const std::size_t lost = im->report_lost_blocks(fd, &registers, sizeof registers,
-                                                  reinterpret_cast<std::uintptr_t>(&registers), summary);
+  const std::size_t lost =
+      im->report_lost_blocks(fd, &registers, sizeof registers, MEMKIT_OS_CALLER_STACK_START(), summary);
   __asm__ volatile("" : : "r"(&registers) : "memory");  // keeps the frame (no tail call)
   return lost;
 }

@@ -48,7 +48,7 @@ constexpr std::size_t min_recycled = std::size_t{64} << 10;
 // below that, a fresh segment costs as much.
 constexpr std::size_t min_adopted = std::size_t{1} << 20;
 
-// Cleared at the first ENOTSUP from os::move_pages (systems without mremap).
+// Cleared at the first os::move_pages that the system cannot do (no mremap: Windows, macOS).
 std::atomic<bool> recycling_supported{true};
 
 // A growing block reserves this many times the bytes it needs, and at least
@@ -160,7 +160,7 @@ bool recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_t by
   }
   char* area = reinterpret_cast<char*>(d) + segment_header_bytes;
   const os::status moved = os::move_pages(area, bytes, at);
-  if (!moved && moved.error() == ENOTSUP) recycling_supported.store(false, std::memory_order_relaxed);
+  if (!moved && os::is_unsupported(moved.error())) recycling_supported.store(false, std::memory_order_relaxed);
   const std::size_t dirty = d->dirty_bytes;
   im.empty_segments.dirty_count.fetch_sub(1, std::memory_order_relaxed);
   im.retained_bytes.fetch_sub(dirty, std::memory_order_relaxed);
@@ -219,7 +219,7 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
       char* source = reinterpret_cast<char*>(d) + begin;
       if (begin == 0) segment_map_set(d, false);  // its header leaves
       if (auto moved = os::move_pages(source, end - begin, base + touched + (begin - start)); !moved) {
-        if (moved.error() == ENOTSUP) recycling_supported.store(false, std::memory_order_relaxed);
+        if (os::is_unsupported(moved.error())) recycling_supported.store(false, std::memory_order_relaxed);
         if (begin == 0) segment_map_set(d, true);
         ok = false;
         intact = end;
@@ -716,7 +716,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
     const os::status st = last ? os::move_and_grow_pages(from + begin, end - begin, to + begin, total - begin)
                                : os::move_pages(from + begin, end - begin, to + begin);
     if (!st) {
-      if (st.error() == ENOTSUP) recycling_supported.store(false, std::memory_order_relaxed);
+      if (os::is_unsupported(st.error())) recycling_supported.store(false, std::memory_order_relaxed);
       ok = false;
       break;
     }

@@ -95,6 +95,23 @@ const char* environment_variable(const char* name) noexcept;
 
 // ---- registers ----------------------------------------------------------------------------------
 
+// Bytes a caller reserves just above a callee's return address for the callee to spill its
+// register arguments in (the Windows x64 "home space"). A callee with fewer than four arguments
+// leaves some of it unwritten, so it still holds what earlier calls at that depth left there: a
+// conservative scan of the caller's stack starts above it. Other ABIs have none.
+#if defined(_WIN32) && defined(__x86_64__)
+inline constexpr std::size_t caller_argument_home_bytes = 32;
+#else
+inline constexpr std::size_t caller_argument_home_bytes = 0;
+#endif
+
+// The lowest address of the calling function's caller's frame that a conservative scan of the
+// stack should cover: above the calling function's saved frame pointer, its return address and
+// the home space above them. A macro, so that the frame is the calling function's own.
+#define MEMKIT_OS_CALLER_STACK_START()                                                     \
+  (reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) + 2 * sizeof(void*) + \
+   ::memkit::os::caller_argument_home_bytes)
+
 // The calling thread's registers, for a conservative scan that treats whatever they hold as
 // possible pointers. Only the callee-saved registers matter: they can carry the caller's pointers.
 #if defined(_WIN32)

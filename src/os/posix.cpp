@@ -376,6 +376,8 @@ void* malloc_aligned(std::size_t size, std::size_t alignment) noexcept {
 
 void free_aligned(void* block) noexcept { std::free(block); }
 
+bool is_unsupported(int error) noexcept { return error == ENOTSUP || error == EOPNOTSUPP; }
+
 const char* error_message(int error) noexcept {
   if (error == -1) return "injected or unknown failure";
   const char* text = std::strerror(error);

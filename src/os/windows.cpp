@@ -279,6 +279,8 @@ void* malloc_aligned(std::size_t size, std::size_t alignment) noexcept {
 
 void free_aligned(void* block) noexcept { ::_aligned_free(block); }
 
+bool is_unsupported(int error) noexcept { return error == not_supported; }
+
 const char* error_message(int error) noexcept {
   if (error == -1) return "injected or unknown failure";
   thread_local char text[256];
@@ -302,25 +304,67 @@ const char* error_message(int error) noexcept {
 #include <fcntl.h>
 #include <io.h>
 
+#include <array>
+#include <atomic>
+#include <utility>
+
 #include "platform.hpp"
 
 namespace memkit::os {
 
 // FlsAlloc's callbacks run at thread (fiber) exit with the slot's value, like a pthread key's
-// destructor. On x64 there is one calling convention, so the callback is passed as it is.
-static_assert(sizeof(void*) == 8, "thread_key_create passes the callback to FlsAlloc as it is (x64)");
+// destructor. Unlike pthread_key_delete, FlsFree also runs the callback, on the deleting thread, for
+// every thread whose value is not null: an owner that frees what the values point to and then
+// deletes its key (as a private general_allocator's destructor does) would see its callback run on
+// freed memory. So each key's callback goes through a trampoline of its own, which deletion
+// disarms before FlsFree. A key's handle holds its FLS index (low 32 bits, what thread_key_get
+// passes to FlsGetValue) and its trampoline's number (high bits).
+namespace {
+
+constexpr std::size_t max_thread_keys = 128;  // FLS_MAXIMUM_AVAILABLE on Windows 7
+
+std::atomic<thread_exit_callback> key_callbacks[max_thread_keys];
+std::atomic<bool> key_slot_taken[max_thread_keys];
+
+template <std::size_t Slot>
+void WINAPI key_trampoline(void* value) {
+  if (const thread_exit_callback callback = key_callbacks[Slot].load(std::memory_order_acquire)) callback(value);
+}
+
+template <std::size_t... Slots>
+constexpr std::array<PFLS_CALLBACK_FUNCTION, sizeof...(Slots)> make_trampolines(std::index_sequence<Slots...>) {
+  return {&key_trampoline<Slots>...};
+}
+
+constexpr auto key_trampolines = make_trampolines(std::make_index_sequence<max_thread_keys>{});
+
+}  // namespace
 
 status thread_key_create(thread_key& key, thread_exit_callback on_exit) noexcept {
-  const DWORD index = ::FlsAlloc(reinterpret_cast<PFLS_CALLBACK_FUNCTION>(on_exit));
-  if (index == FLS_OUT_OF_INDEXES) return status::failure(static_cast<int>(::GetLastError()));
-  key.handle = index;
+  std::size_t slot = 0;
+  for (bool expected = false; slot < max_thread_keys; ++slot, expected = false) {
+    if (key_slot_taken[slot].compare_exchange_strong(expected, true, std::memory_order_acq_rel)) break;
+  }
+  if (slot == max_thread_keys) return status::failure(ERROR_NO_MORE_ITEMS);
+  key_callbacks[slot].store(on_exit, std::memory_order_release);
+  const DWORD index = ::FlsAlloc(key_trampolines[slot]);
+  if (index == FLS_OUT_OF_INDEXES) {
+    const int error = static_cast<int>(::GetLastError());
+    key_callbacks[slot].store(nullptr, std::memory_order_relaxed);
+    key_slot_taken[slot].store(false, std::memory_order_release);
+    return status::failure(error);
+  }
+  key.handle = static_cast<std::uintptr_t>(index) | (static_cast<std::uintptr_t>(slot) << 32);
   key.created = true;
   return {};
 }
 
 void thread_key_delete(thread_key& key) noexcept {
   if (!key.created) return;
+  const std::size_t slot = static_cast<std::size_t>(key.handle >> 32);
+  key_callbacks[slot].store(nullptr, std::memory_order_release);  // FlsFree's callbacks do nothing
   (void)::FlsFree(static_cast<DWORD>(key.handle));
+  key_slot_taken[slot].store(false, std::memory_order_release);
   key.created = false;
 }
 
@@ -485,9 +529,30 @@ status for_each_region(region_visitor visit, void* context) noexcept {
   return {};
 }
 
+// The committed, readable bytes from `address` on, at most `bytes`: one VirtualQuery per run of
+// pages in the same state.
+std::size_t readable_prefix(const void* address, std::size_t bytes) noexcept {
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  std::uintptr_t at = begin;
+  while (at - begin < bytes) {
+    MEMORY_BASIC_INFORMATION m;
+    if (::VirtualQuery(reinterpret_cast<const void*>(at), &m, sizeof m) == 0) break;
+    if (m.State != MEM_COMMIT || !readable_protection(m.Protect)) break;
+    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(m.BaseAddress) + m.RegionSize;
+    if (end <= at) break;
+    at = end;
+  }
+  return at - begin < bytes ? static_cast<std::size_t>(at - begin) : bytes;
+}
+
 // ReadProcessMemory on the current process: the system copies, so a page freed or protected
-// meanwhile ends the copy (a partial copy reports how far it got) instead of faulting.
+// meanwhile ends the copy (a partial copy reports how far it got) instead of faulting. The copy is
+// first limited to the pages VirtualQuery calls committed and readable: Wine's ReadProcessMemory
+// reads the process's memory through the host kernel, which ignores page protection, and would
+// hand back a decommitted or reserved page (as zeros) instead of stopping there.
 result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept {
+  bytes = readable_prefix(address, bytes);
+  if (bytes == 0) return std::size_t{0};
   SIZE_T got = 0;
   if (::ReadProcessMemory(::GetCurrentProcess(), address, buffer, bytes, &got) != 0) return std::size_t{got};
   const DWORD error = ::GetLastError();
