@@ -151,6 +151,23 @@ TEST_F(os_test, reserve_aligned_honours_alignment) {
   EXPECT_EQ(os::reserve_aligned(os::page_size(), 3 * os::page_size()).error(), invalid_argument);
 }
 
+#if !MEMKIT_WINDOWS
+// Large blocks grow in place beyond their reservation into the address space after it: an aligned
+// reservation keeps the padding it trimmed after the block free, so that room exists right after
+// it is made, even when the previous reservation was made just above it.
+TEST_F(os_test, reserve_aligned_leaves_free_address_space_after_the_block) {
+  const std::size_t alignment = 4u << 20;
+  auto above = os::reserve_aligned(alignment, alignment);
+  ASSERT_TRUE(above.ok());
+  auto r = os::reserve_aligned(alignment, alignment);
+  ASSERT_TRUE(r.ok());
+  const bool grown = os::extend_mapping(r.value(), alignment, alignment + os::page_size()).ok();
+  EXPECT_TRUE(grown) << "the block ends against another mapping";
+  EXPECT_TRUE(os::release(r.value(), grown ? alignment + os::page_size() : alignment).ok());
+  EXPECT_TRUE(os::release(above.value(), alignment).ok());
+}
+#endif
+
 TEST_F(os_test, bad_arguments_are_einval_not_crashes) {
   const std::size_t page = os::page_size();
   EXPECT_EQ(os::reserve(0).error(), invalid_argument);
