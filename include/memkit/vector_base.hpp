@@ -318,12 +318,21 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   template <class... Args>
   reference emplace_back(Args&&... args) {
     if constexpr (is_small_copy<Args...>() && sizeof(T) <= sizeof(void*)) {
-      // A value that fits a register: copy it first (the argument may be an element), make room
-      // out of line, then store. The slow path rejoins before the store, which is what lets GCC
-      // keep data, size and capacity in registers across a push_back loop (with a separate
-      // return from the slow path it reloads both from the object on every iteration).
+      // A value that fits a register: copy it first (the argument may be an element). The room
+      // test comes first and guards the store, and the full case makes room out of line and then
+      // repeats the store, so GCC lays a push_back loop out as: test room (a forward branch that
+      // is never taken), store, add, loop test as the back edge. Written as "if full, make room;
+      // then store" GCC instead entered the loop at the store and made the room test the back
+      // edge, with the loop's exit as a taken forward branch: the same 8 instructions ran 10-15%
+      // slower (docs/small_vector.md). Both ways data, size and capacity stay in registers
+      // across the loop.
       const T value(std::forward<Args>(args)...);
-      if (MEMKIT_UNLIKELY(counts_.full())) make_room_for_one_or_throw();
+      if (MEMKIT_LIKELY(!counts_.full())) {
+        T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
+        counts_.increment_size();
+        return *slot;
+      }
+      make_room_for_one_or_throw();
       T* slot = ::new (static_cast<void*>(data_ + counts_.size())) T(value);
       counts_.increment_size();
       return *slot;
@@ -491,7 +500,14 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   void release_storage_at_end() noexcept {
     MEMKIT_ASSERT(has_inline_storage() == MayBeInline, "release_storage_at_end: wrong kind of storage");
     detail::destroy_range(data_, data_ + counts_.size());
-    if (MayBeInline ? data_ != inline_buffer() : data_ != nullptr) deallocate_block(data_, counts_.capacity());
+    if constexpr (MayBeInline) {
+      // A small_vector usually ends inline (N is chosen to cover most lengths): the heap case is
+      // laid out of line, so the inline case falls through to the caller's next statement
+      // instead of jumping over the deallocation (one taken branch fewer per container).
+      if (MEMKIT_UNLIKELY(data_ != inline_buffer())) deallocate_block(data_, counts_.capacity());
+    } else {
+      if (data_ != nullptr) deallocate_block(data_, counts_.capacity());
+    }
   }
 
   vector_base(const vector_base&) = delete;
