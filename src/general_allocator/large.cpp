@@ -605,6 +605,7 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size, bool
 // left the block without the pages it needs (it still has every page it had).
 bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexcept {
   const std::size_t touched_before = s->pages[0].touched_bytes;
+  const std::size_t committed_before = s->huge_committed;
   if (total - touched_before < min_recycled || !recycling_supported.load(std::memory_order_relaxed) ||
       (huge_cached_count.load(std::memory_order_relaxed) == 0 && empty_segments.dirty_count.load(std::memory_order_relaxed) == 0)) {
     return true;
@@ -635,14 +636,22 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
   // prefix now ends after them.
   s->pages[0].touched_bytes = touched;
   if (!ok) {
-    // A failed move may have unmapped its destination: map the part beyond what moved afresh.
-    // Bytes there were never the caller's. If even that fails, the block ends where its pages do.
-    const std::size_t committed = s->huge_committed;
-    if (committed > touched && (!os::decommit(base + touched, committed - touched) ||
-                                !os::commit(base + touched, committed - touched))) {
-      s->huge_committed = touched;
+    // A failed move may have unmapped its destination, and that need not lie after the pages
+    // that did move (a donor's pieces move highest first), so the resident prefix cannot simply
+    // end after them. Map everything from touched_before on afresh and commit what was committed
+    // before: the caller's bytes lie below touched_before, and the pages that moved in are
+    // dropped. If even that fails, the block ends where its pages do.
+    const std::size_t reserved = s->reserved_bytes;
+    resident_bytes.fetch_sub(touched - touched_before, std::memory_order_relaxed);
+    s->pages[0].touched_bytes = touched_before;
+    trim_splits(s, touched_before + 1);
+    s->huge_committed = touched_before;
+    if (touched_before < reserved && os::decommit(base + touched_before, reserved - touched_before)) {
+      split_list splits_now(s);
+      if (touched_before != 0 && splits_now.count < max_huge_splits) splits_now.add(touched_before);
+      splits_now.store(s);  // the fresh mapping begins at touched_before
+      if (os::commit(base + touched_before, committed_before - touched_before)) s->huge_committed = committed_before;
     }
-    trim_splits(s, s->huge_committed);
   }
   return s->huge_committed >= total;
 }
