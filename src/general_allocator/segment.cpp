@@ -385,15 +385,27 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
       }
       empty_segments.dirty_last = nullptr;
     } else {
-      // Oldest first, only those due: O(due). They leave the cache while they are discarded
-      // (outside the lock), so no thread can take one back meanwhile.
-      while (segment* s = empty_segments.dirty_last) {
-        if (!over_limit && now - s->cached_since_ms < delay) break;
-        empty_segments.dirty_last = s->prev;
-        if (empty_segments.dirty_last != nullptr) empty_segments.dirty_last->next = nullptr;
-        else empty_segments.dirty_first = nullptr;
+      // Oldest first, only those due. They leave the cache while they are discarded (outside the
+      // lock), so no thread can take one back meanwhile. Empty segments of spans wait ten delays,
+      // as freed large blocks do: their pages serve large blocks (recycle_dirty_segment in
+      // large.cpp), which would otherwise fault the same megabytes in again. The walk passes over
+      // those not yet due and stops at the first other one that is not: O(due + spans' segments).
+      segment* s = empty_segments.dirty_last;
+      while (s != nullptr) {
+        segment* newer = s->prev;
+        const bool spans = s->kind == segment_kind::large;
+        if (!over_limit && now - s->cached_since_ms < (spans ? 10 * delay : delay)) {
+          if (!spans) break;
+          s = newer;
+          continue;
+        }
+        if (newer != nullptr) newer->next = s->next;
+        else empty_segments.dirty_first = s->next;
+        if (s->next != nullptr) s->next->prev = newer;
+        else empty_segments.dirty_last = newer;
         s->next = to_discard;
         to_discard = s;
+        s = newer;
       }
     }
   }
