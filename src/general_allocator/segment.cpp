@@ -167,8 +167,9 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   s->owner.store(nullptr, std::memory_order_relaxed);
   // Cached, not unmapped: a segment header stays readable for the allocator's lifetime (until
   // purge()), so statistics() and report_leaks() can walk heaps from another thread. Its touched
-  // pages are discarded by purge_caches() once the purge delay has passed, not now: discarding
-  // costs a TLB shootdown on every core, and a busy program takes the segment back soon.
+  // pages are discarded by purge_caches() once the purge delay has passed (ten for a segment of
+  // spans), not now: discarding costs a TLB shootdown on every core, and a busy program takes the
+  // segment back soon.
   s->dirty_bytes = retained;
   s->cached_since_ms = now_ms();
   lock_guard guard(lock);
