@@ -53,11 +53,13 @@ int main(int argc, char** argv) {
   double gib = 1.0;
   std::size_t block = 4096;
   int repeat = 3;
+  std::string only;  // --only NAME: just that heap content
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--gib") gib = std::atof(argv[i + 1]);
     else if (flag == "--block") block = static_cast<std::size_t>(std::atol(argv[i + 1]));
     else if (flag == "--repeat") repeat = std::atoi(argv[i + 1]);
+    else if (flag == "--only") only = argv[i + 1];
   }
   const auto total = static_cast<std::size_t>(gib * static_cast<double>(std::size_t{1} << 30));
   std::mt19937_64 random(42);
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
   };
 
   auto run = [&](const char* name, auto fill, bool keep_roots) {
+    if (!only.empty() && only != name) return;
     for (std::size_t i = 0; i < count; ++i) fill(blocks[i], sizes[i] / sizeof(void*));
     // Lost: the only copy of the block addresses is encoded, so no word of the process points
     // to a block any more.

@@ -58,6 +58,7 @@ void set_mark(std::uint8_t* mark, std::uint8_t value) noexcept { *mark = value; 
 // Memory for the scan's tables, from the os layer (the scan never calls malloc).
 class scratch {
  public:
+  static constexpr std::size_t huge_table_bytes = std::size_t{4} << 20;
   scratch() noexcept = default;
   scratch(const scratch&) = delete;
   scratch& operator=(const scratch&) = delete;
@@ -71,6 +72,12 @@ class scratch {
       return nullptr;
     }
     base_ = mapped.value();
+    // The tables of a large heap are megabytes (a mark, a size and a stack slot per block): with
+    // huge pages where the system has them, filling them faults once per 2 MiB, not per 4 KiB.
+    // (Not os::huge_page_size(): its first call reads a file through the C library, which may
+    // allocate, and the scan runs under the allocator's lock. Where there are none, the advice
+    // fails and changes nothing.)
+    if (bytes_ >= huge_table_bytes) (void)os::advise_huge_pages(base_, bytes_);
     return base_;
   }
   void reset() noexcept {
@@ -105,7 +112,7 @@ struct huge_block {
 // One group of the report: the blocks of one class allocated from one stack.
 struct leak_group {
   std::uint64_t hash;
-  void** frames;
+  void* const* frames;
   std::size_t frame_count;
   bool captured;
   std::uint8_t mark;
@@ -210,8 +217,10 @@ class leak_scanner {
   std::size_t report(int fd, general_allocator::leak_summary& summary) noexcept;
 
  private:
-  // Calls visit for each live block, or with `only_unmarked` for each one no scan reached yet
-  // (the others' records, one cache miss each, are then never read).
+  // Calls visit(start, size, mark, page, index, large) for each live block, or with
+  // `only_unmarked` for each one no scan reached yet. Sizes come from sizes_, so no record is read
+  // here: a visitor that needs the allocation stack reads the page's record at `index` (or the
+  // large block's segment, `page` then null).
   template <class Visit>
   void for_each_live_block(Visit visit, bool only_unmarked = false) noexcept;
   // The live block `v` points into: its start, its mark, and where its size is (a record, or
@@ -226,7 +235,8 @@ class leak_scanner {
   // The lookup tables of visit(); false when they would be too large (the heap's segments lie
   // too far apart), and visit_slow() then finds each block through the segment map.
   bool build_lookup() noexcept;
-  void visit(std::uintptr_t v) noexcept;
+  static constexpr std::size_t visit_batch = 16;  // candidate words looked up together
+  void visit(const std::uintptr_t* words, std::size_t n) noexcept;
   void visit_slow(std::uintptr_t v) noexcept;
   void reach(const unsigned char* start, std::size_t size, std::uint8_t* mark) noexcept;
   void scan(const unsigned char* begin, const unsigned char* end) noexcept;
@@ -246,6 +256,11 @@ class leak_scanner {
   std::size_t slot_bits_ = 0;
   scratch marks_memory_;
   std::uint8_t* marks_ = nullptr;
+  // The requested size of each live page block, by mark index, copied from its record while
+  // prepare() reads the records in address order: the scan and the report then read 4 bytes in a
+  // dense table instead of a 200-byte record far from every other (one cache and TLB miss each).
+  scratch sizes_memory_;
+  std::uint32_t* sizes_ = nullptr;
   std::size_t page_blocks_ = 0;  // marks of page blocks; the large blocks' follow
   scratch huge_memory_;
   huge_block* huge_ = nullptr;
@@ -295,20 +310,20 @@ void leak_scanner::for_each_live_block(Visit visit, bool only_unmarked) noexcept
         if (slot == nullptr) slot = slot_of(s);
         if (slot == nullptr) break;
         std::uint8_t* marks = marks_ + slot->base[i];
+        const std::uint32_t* sizes = sizes_ + slot->base[i];
         for (std::size_t b = 0; b < pg->capacity; ++b) {
           if (marks[b] == not_live || (only_unmarked && marks[b] != unmarked)) continue;
-          debug_record* r = record_of(pg, b);
-          visit(reinterpret_cast<const unsigned char*>(pg->start) + b * pg->block_size, std::size_t{r->requested},
-                &marks[b], alloc_frames(r), std::size_t{r->alloc_frames}, pg->record_frames != 0);
+          visit(reinterpret_cast<const unsigned char*>(pg->start) + b * pg->block_size, std::size_t{sizes[b]},
+                &marks[b], static_cast<const page*>(pg), b, static_cast<const segment*>(nullptr));
         }
       }
     }
   }
   for (std::size_t i = 0; i < huge_count_; ++i) {
     if (only_unmarked && marks_[page_blocks_ + i] != unmarked) continue;
-    segment* s = huge_[i].s;
+    const segment* s = huge_[i].s;
     visit(reinterpret_cast<const unsigned char*>(s->pages[0].start), s->huge_requested, &marks_[page_blocks_ + i],
-          s->huge_frames, std::size_t{s->huge_alloc_frames}, s->pages[0].record_frames != 0);
+          static_cast<const page*>(nullptr), std::size_t{0}, s);
   }
 }
 
@@ -358,7 +373,8 @@ bool leak_scanner::prepare() noexcept {
   while ((std::size_t{1} << slot_bits_) < 2 * segments) ++slot_bits_;
   slots_ = static_cast<segment_slot*>(slots_memory_.get((std::size_t{1} << slot_bits_) * sizeof(segment_slot)));
   marks_ = static_cast<std::uint8_t*>(marks_memory_.get(page_blocks_ + huge_count_ + 1));
-  if (slots_ == nullptr || marks_ == nullptr) return false;
+  sizes_ = static_cast<std::uint32_t*>(sizes_memory_.get((page_blocks_ + 1) * sizeof(std::uint32_t)));
+  if (slots_ == nullptr || marks_ == nullptr || sizes_ == nullptr) return false;
   std::uint32_t next = 0;
   const std::size_t mask = (std::size_t{1} << slot_bits_) - 1;
   for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
@@ -375,14 +391,29 @@ bool leak_scanner::prepare() noexcept {
           slot->s = s;
         }
         slot->base[i] = next;
-        for (std::size_t b = 0; b < pg.capacity; ++b) {
-          const bool alive = record_of(&pg, b)->state == live;
+        if (pg.used == 0) {  // no block handed out: no record to read
+          std::memset(marks_ + next, not_live, pg.capacity);
+          next += pg.capacity;
+          continue;
+        }
+        const unsigned char* r = pg.records;
+        std::size_t first = SIZE_MAX;
+        std::size_t last = 0;
+        for (std::size_t b = 0; b < pg.capacity; ++b, r += pg.record_size) {
+          // The next records' lines are on their way while this one is read.
+          MEMKIT_PREFETCH(r + 8 * std::size_t{pg.record_size});
+          const auto* record = reinterpret_cast<const debug_record*>(r);
+          const bool alive = record->state == live;
           marks_[next + b] = alive ? std::uint8_t{unmarked} : std::uint8_t{not_live};
+          sizes_[next + b] = record->requested;
           if (!alive) continue;
           ++live_;
-          const auto a = reinterpret_cast<std::uintptr_t>(pg.start) + b * pg.block_size;
-          if (a < lo_) lo_ = a;
-          if (a + pg.block_size > hi_) hi_ = a + pg.block_size;
+          first = std::min(first, b);
+          last = b;
+        }
+        if (first != SIZE_MAX) {
+          lo_ = std::min(lo_, reinterpret_cast<std::uintptr_t>(pg.start) + first * pg.block_size);
+          hi_ = std::max(hi_, reinterpret_cast<std::uintptr_t>(pg.start) + (last + 1) * pg.block_size);
         }
         next += pg.capacity;
       }
@@ -495,31 +526,61 @@ void leak_scanner::reach(const unsigned char* start, std::size_t size, std::uint
   stack_[depth_++] = {start, size};
 }
 
-// The lookup of one word that lies in [lo_, hi_): no search, no division, no hash, only loads
-// from tables a few hundred KiB per GiB of heap.
-inline void leak_scanner::visit(std::uintptr_t v) noexcept {
+// The lookup of words that lie in [lo_, hi_): no search, no division, no hash, only loads from
+// tables a few hundred KiB per GiB of heap, and the mark byte. In two passes: the first finds
+// every word's mark and asks for its cache line, the second reads the marks, so the misses of a
+// batch overlap (in a heap of millions of small blocks the marks do not fit in the cache, and a
+// pointer to a random block is a miss).
+void leak_scanner::visit(const std::uintptr_t* words, std::size_t n) noexcept {
   if (chunks_ == nullptr) {
-    visit_slow(v);
+    for (std::size_t i = 0; i < n; ++i) visit_slow(words[i]);
     return;
   }
-  const std::uint64_t chunk = chunks_[(v >> segment_shift) - first_chunk_];
-  if (chunk == 0) return;
-  const std::size_t k = static_cast<std::size_t>(chunk >> 8) - 1 + ((v & segment_mask) >> (chunk & 0xff));
-  const page_entry& e = entries_[k];
-  const std::uintptr_t offset = v - e.start;
-  if (offset >= e.limit) return;
-  const auto index = static_cast<std::size_t>((static_cast<uint128>(offset) * e.reciprocal) >> 64);
-  std::uint8_t* mark = &marks_[e.mark_base + index];
-  const std::uint8_t m = *mark;
-  if (MEMKIT_LIKELY(m != unmarked && m != definitely_lost)) return;  // reached before, or not live
-  const auto* start = reinterpret_cast<const unsigned char*>(e.start + index * e.block_size);
-  if (m == unmarked) {
-    const std::size_t size = e.block_size != 0
-                                 ? std::size_t{record_of(static_cast<const page*>(owners_[k]), index)->requested}
-                                 : static_cast<const segment*>(owners_[k])->huge_requested;
-    reach(start, size, mark);
-  } else if (new_mark_ == indirectly_lost && start != leader_) {
-    *mark = indirectly_lost;  // an earlier clique's leader, reached from this one
+  struct found {
+    std::size_t entry;
+    std::size_t index;
+  };
+  found at[visit_batch];
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uintptr_t v = words[i];
+    const std::uint64_t chunk = chunks_[(v >> segment_shift) - first_chunk_];
+    if (chunk == 0) continue;
+    const std::size_t k = static_cast<std::size_t>(chunk >> 8) - 1 + ((v & segment_mask) >> (chunk & 0xff));
+    const page_entry& e = entries_[k];
+    const std::uintptr_t offset = v - e.start;
+    if (offset >= e.limit) continue;
+    const auto index = static_cast<std::size_t>((static_cast<uint128>(offset) * e.reciprocal) >> 64);
+    MEMKIT_PREFETCH(&marks_[e.mark_base + index]);
+    at[count++] = {k, index};
+  }
+  // Second pass: the marks. A block reached now is marked at once (a later word of the batch may
+  // point into it too) and its size asked for; the third pass reads the sizes and queues the blocks.
+  std::size_t reached = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const page_entry& e = entries_[at[i].entry];
+    const std::size_t index = at[i].index;
+    std::uint8_t* mark = &marks_[e.mark_base + index];
+    const std::uint8_t m = *mark;
+    if (MEMKIT_LIKELY(m != unmarked && m != definitely_lost)) continue;  // reached before, or not live
+    const std::uintptr_t start = e.start + index * e.block_size;
+    if (m == unmarked) {
+      if (reinterpret_cast<const unsigned char*>(start) == leader_) continue;
+      *mark = new_mark_;
+      MEMKIT_PREFETCH(&sizes_[e.mark_base + index]);
+      at[reached++] = at[i];
+    } else if (new_mark_ == indirectly_lost && reinterpret_cast<const unsigned char*>(start) != leader_) {
+      *mark = indirectly_lost;  // an earlier clique's leader, reached from this one
+    }
+  }
+  for (std::size_t i = 0; i < reached; ++i) {
+    const page_entry& e = entries_[at[i].entry];
+    const std::size_t index = at[i].index;
+    const auto* start = reinterpret_cast<const unsigned char*>(e.start + index * e.block_size);
+    const std::size_t size = e.block_size != 0 ? std::size_t{sizes_[e.mark_base + index]}
+                                               : static_cast<const segment*>(owners_[at[i].entry])->huge_requested;
+    MEMKIT_PREFETCH(start);
+    stack_[depth_++] = {start, size};
   }
 }
 
@@ -531,7 +592,7 @@ void leak_scanner::visit_slow(std::uintptr_t v) noexcept {
   if (!find(v, start, mark, record, large)) return;
   const std::uint8_t m = *mark;
   if (m == unmarked) {
-    reach(start, record != nullptr ? std::size_t{record->requested} : large->huge_requested, mark);
+    reach(start, record != nullptr ? std::size_t{sizes_[mark - marks_]} : large->huge_requested, mark);
   } else if (m == definitely_lost && new_mark_ == indirectly_lost && start != leader_) {
     *mark = indirectly_lost;  // an earlier clique's leader, reached from this one
   }
@@ -545,26 +606,44 @@ void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) no
   // Four words per branch: in most memory few words are addresses of blocks, and the filter then
   // runs at the speed memory is read.
   constexpr std::size_t group = 4 * sizeof(void*);
+  std::uintptr_t candidates[visit_batch];
+  std::size_t n = 0;
   for (; a + group <= b; a += group) {
     std::uintptr_t w[4];
     std::memcpy(w, reinterpret_cast<const void*>(a), sizeof w);
     const bool any = (w[0] - lo < span) | (w[1] - lo < span) | (w[2] - lo < span) | (w[3] - lo < span);
     if (MEMKIT_LIKELY(!any)) continue;
     for (const std::uintptr_t word : w) {
-      if (word - lo < span) visit(word);
+      if (word - lo < span) candidates[n++] = word;
+    }
+    if (n > visit_batch - 4) {
+      visit(candidates, n);
+      n = 0;
     }
   }
   for (; a + sizeof(void*) <= b; a += sizeof(void*)) {
     std::uintptr_t word;
     std::memcpy(&word, reinterpret_cast<const void*>(a), sizeof word);
-    if (word - lo < span) visit(word);
+    if (word - lo < span) candidates[n++] = word;
   }
+  if (n != 0) visit(candidates, n);
 }
 
+// Blocks leave the stack a few at a time, their first lines requested together before the first
+// is read: in a heap of small blocks, the scan otherwise waits for memory once per block (the
+// prefetch when a block is reached comes too late for the block pushed last, which is popped
+// first).
 void leak_scanner::drain() noexcept {
+  constexpr std::size_t window = 16;
+  pending_block batch[window];
   while (depth_ != 0) {
-    const pending_block next = stack_[--depth_];
-    scan(next.start, next.start + next.size);
+    const std::size_t n = std::min(depth_, window);
+    depth_ -= n;
+    for (std::size_t i = 0; i < n; ++i) {
+      batch[i] = stack_[depth_ + i];
+      MEMKIT_PREFETCH(batch[i].start);
+    }
+    for (std::size_t i = 0; i < n; ++i) scan(batch[i].start, batch[i].start + batch[i].size);
   }
 }
 
@@ -586,6 +665,7 @@ void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexce
     }
     if (got.value() > 0) {
       scan(copy_, copy_ + got.value());
+      drain();  // the blocks this chunk reached, while the stack is shallow
       begin += got.value();
     } else {
       begin = (begin | (page - 1)) + 1;  // unreadable page: skip it
@@ -659,7 +739,8 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
       exclude(reinterpret_cast<std::uintptr_t>(s), reinterpret_cast<std::uintptr_t>(s) + s->reserved_bytes);
     }
   }
-  for (const scratch* own : {&huge_memory_, &stack_memory_, &excluded_memory_, &copy_memory_, &entries_memory_, &chunks_memory_}) {
+  for (const scratch* own : {&slots_memory_, &marks_memory_, &sizes_memory_, &huge_memory_, &stack_memory_, &excluded_memory_,
+                             &copy_memory_, &entries_memory_, &chunks_memory_}) {
     exclude(own->begin(), own->end());
   }
   exclude(reinterpret_cast<std::uintptr_t>(&segment_map[0]), reinterpret_cast<std::uintptr_t>(&segment_map[segment_map_words]));
@@ -754,7 +835,8 @@ void leak_scanner::scan_resident(std::uintptr_t begin, std::uintptr_t end) noexc
 
 void leak_scanner::mark_lost() noexcept {
   new_mark_ = indirectly_lost;
-  for_each_live_block([&](const unsigned char* start, std::size_t size, std::uint8_t* flags, void**, std::size_t, bool) {
+  for_each_live_block([&](const unsigned char* start, std::size_t size, std::uint8_t* flags, const page*, std::size_t,
+                          const segment*) {
     if (mark_of(flags) != unmarked) return;
     set_mark(flags, definitely_lost);
     leader_ = start;
@@ -773,8 +855,8 @@ std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summar
   scratch table_memory;
   auto* table = static_cast<leak_group*>(table_memory.get(capacity * sizeof(leak_group)));
   std::size_t groups = 0;
-  for_each_live_block([&](const unsigned char* start, std::size_t size, std::uint8_t* flags, void** frames,
-                          std::size_t frame_count, bool captured) {
+  for_each_live_block([&](const unsigned char* start, std::size_t size, std::uint8_t* flags, const page* pg,
+                          std::size_t index, const segment* large) {
     const std::uint8_t mark = mark_of(flags);
     switch (mark) {
       case definitely_lost:
@@ -792,6 +874,20 @@ std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summar
         break;
     }
     if (table == nullptr) return;
+    // Only now, for the blocks the report lists, the record with the allocation stack.
+    void* const* frames;
+    std::size_t frame_count;
+    bool captured;
+    if (pg != nullptr) {
+      debug_record* r = record_of(pg, index);
+      frames = alloc_frames(r);
+      frame_count = r->alloc_frames;
+      captured = pg->record_frames != 0;
+    } else {
+      frames = large->huge_frames;
+      frame_count = large->huge_alloc_frames;
+      captured = large->pages[0].record_frames != 0;
+    }
     const std::uint8_t kind = mark == unmarked ? std::uint8_t{reachable} : mark;
     const std::uint64_t h = hash_frames(frames, frame_count, kind);
     std::size_t slot = h & (capacity - 1);
