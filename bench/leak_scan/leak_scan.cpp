@@ -120,17 +120,21 @@ int main(int argc, char** argv) {
     }
     figures seconds;
     figures cpu;
-    std::size_t lost = 0;
+    std::size_t lost_min = SIZE_MAX;
+    std::size_t lost_max = 0;
     for (int r = 0; r < repeat; ++r) {
       const double start = now_seconds(CLOCK_MONOTONIC);
       const double start_cpu = now_seconds(CLOCK_THREAD_CPUTIME_ID);
-      lost = heap.report_leaks(null_fd);
+      const std::size_t lost = heap.report_leaks(null_fd);
+      lost_min = std::min(lost_min, lost);
+      lost_max = std::max(lost_max, lost);
       cpu.add(now_seconds(CLOCK_THREAD_CPUTIME_ID) - start_cpu);
       seconds.add(now_seconds(CLOCK_MONOTONIC) - start);
     }
     for (std::size_t i = 0; i < hidden.size(); ++i) blocks[i] = reinterpret_cast<void**>(hidden[i] ^ hide);
-    std::printf("%-9s CPU %.3f-%.3f s per GiB of live heap, wall %.3f-%.3f s per GiB (%zu blocks reported lost)\n",
-                name, cpu.min / live_gib, cpu.max / live_gib, seconds.min / live_gib, seconds.max / live_gib, lost);
+    std::printf("%-9s CPU %.3f-%.3f s per GiB of live heap, wall %.3f-%.3f s per GiB (%zu-%zu blocks reported lost)\n",
+                name, cpu.min / live_gib, cpu.max / live_gib, seconds.min / live_gib, seconds.max / live_gib, lost_min,
+                lost_max);
   };
   auto pointers = [&](void** b, std::size_t words) {
     for (std::size_t w = 0; w < words; ++w) b[w] = any_address();
