@@ -23,7 +23,9 @@
 //
 // The cost is one lookup per word that could be an address (see visit()): a range filter, then a
 // table indexed by the address's 4 MiB chunk, a page entry, a multiplication for the block index
-// and a mark byte, all in tables laid out for the scan.
+// and a mark byte, all in tables laid out for the scan, and looked up in batches so that cache
+// misses overlap. Per block, the debug records are read once, in address order (prepare()); the
+// scan takes sizes from a dense table, and only the report reads the stacks of what it lists.
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
