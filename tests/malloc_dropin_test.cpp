@@ -372,23 +372,36 @@ TEST(malloc_real_programs, sort_has_its_one_real_leak) {
   EXPECT_TRUE(contains(first_report_line(out.output), "1 block, 16 bytes, definitely lost")) << out.output;
 }
 
-TEST(malloc_real_programs, gxx_compiles_and_reports_what_valgrind_reports_per_process) {
-  if (!installed("/usr/bin/g++")) GTEST_SKIP() << "g++ is not installed";
+// Compiles a small file with `g++ [flags] -c` under memkit's debug mode and compares the leak
+// summaries per process (cc1plus, as, then the g++ driver) with what valgrind --trace-children=yes
+// --leak-check=full reports on the same command, with a source path of the same length (the
+// driver's leaks hold path strings).
+void expect_gxx_leaks_as_valgrind(std::vector<std::string> flags, const char* cc1plus, const char* as,
+                                  const char* driver) {
   const std::string source = write_temporary(".cpp",
       "#include <string>\n#include <vector>\nint main() { std::vector<std::string> v{\"a\", \"b\"}; return v.size() == 2 ? 0 : 1; }\n");
   const std::string object = source + ".o";
-  auto out = under_memkit({"/usr/bin/g++", "-c", source, "-o", object});
+  std::vector<std::string> command{"/usr/bin/g++"};
+  command.insert(command.end(), flags.begin(), flags.end());
+  command.insert(command.end(), {"-c", source, "-o", object});
+  auto out = under_memkit(command);
   EXPECT_EQ(out.exit_code, 0) << out.output;
   EXPECT_EQ(::access(object.c_str(), F_OK), 0) << "the object file was written";
   ::unlink(object.c_str());
   ::unlink(source.c_str());
-  // valgrind --trace-children=yes --leak-check=full on the same command (a source path of the same
-  // length: the driver's leaks hold path strings): cc1plus, as, then the g++ driver.
   const auto summaries = leak_summaries(out.output);
   ASSERT_EQ(summaries.size(), 3u) << out.output;
-  EXPECT_EQ(summaries[0], "memkit: leak summary: definitely lost: 7 bytes in 1 blocks; indirectly lost: 0 bytes in 0 blocks");
-  EXPECT_EQ(summaries[1], "memkit: leak summary: definitely lost: 10757 bytes in 660 blocks; indirectly lost: 7280 bytes in 364 blocks");
-  EXPECT_EQ(summaries[2], "memkit: leak summary: definitely lost: 1333 bytes in 18 blocks; indirectly lost: 46 bytes in 2 blocks");
+  EXPECT_EQ(summaries[0], cc1plus);
+  EXPECT_EQ(summaries[1], as);
+  EXPECT_EQ(summaries[2], driver);
+}
+
+TEST(malloc_real_programs, gxx_compiles_and_reports_what_valgrind_reports_per_process) {
+  if (!installed("/usr/bin/g++")) GTEST_SKIP() << "g++ is not installed";
+  expect_gxx_leaks_as_valgrind(
+      {}, "memkit: leak summary: definitely lost: 7 bytes in 1 blocks; indirectly lost: 0 bytes in 0 blocks",
+      "memkit: leak summary: definitely lost: 10757 bytes in 660 blocks; indirectly lost: 7280 bytes in 364 blocks",
+      "memkit: leak summary: definitely lost: 1333 bytes in 18 blocks; indirectly lost: 46 bytes in 2 blocks");
 }
 
 // With -O1 the driver once seemed to lose 6 blocks more than valgrind said (18 + 2 against 13 + 1):
@@ -396,21 +409,10 @@ TEST(malloc_real_programs, gxx_compiles_and_reports_what_valgrind_reports_per_pr
 // driver took the error path. Checked as a plain valgrind run checks it, the numbers agree.
 TEST(malloc_real_programs, gxx_optimizing_reports_what_valgrind_reports_per_process) {
   if (!installed("/usr/bin/g++")) GTEST_SKIP() << "g++ is not installed";
-  const std::string source = write_temporary(".cpp",
-      "#include <string>\n#include <vector>\nint main() { std::vector<std::string> v{\"a\", \"b\"}; return v.size() == 2 ? 0 : 1; }\n");
-  const std::string object = source + ".o";
-  auto out = under_memkit({"/usr/bin/g++", "-O1", "-c", source, "-o", object});
-  EXPECT_EQ(out.exit_code, 0) << out.output;
-  EXPECT_EQ(::access(object.c_str(), F_OK), 0) << "the object file was written";
-  ::unlink(object.c_str());
-  ::unlink(source.c_str());
-  // valgrind --trace-children=yes --leak-check=full on the same command, a source path of the
-  // same length: cc1plus, as, then the g++ driver.
-  const auto summaries = leak_summaries(out.output);
-  ASSERT_EQ(summaries.size(), 3u) << out.output;
-  EXPECT_EQ(summaries[0], "memkit: leak summary: definitely lost: 7 bytes in 1 blocks; indirectly lost: 0 bytes in 0 blocks");
-  EXPECT_EQ(summaries[1], "memkit: leak summary: definitely lost: 1149 bytes in 68 blocks; indirectly lost: 1200 bytes in 60 blocks");
-  EXPECT_EQ(summaries[2], "memkit: leak summary: definitely lost: 1433 bytes in 18 blocks; indirectly lost: 46 bytes in 2 blocks");
+  expect_gxx_leaks_as_valgrind(
+      {"-O1"}, "memkit: leak summary: definitely lost: 7 bytes in 1 blocks; indirectly lost: 0 bytes in 0 blocks",
+      "memkit: leak summary: definitely lost: 1149 bytes in 68 blocks; indirectly lost: 1200 bytes in 60 blocks",
+      "memkit: leak summary: definitely lost: 1433 bytes in 18 blocks; indirectly lost: 46 bytes in 2 blocks");
 }
 
 // ---- privileged processes -----------------------------------------------------------------------
