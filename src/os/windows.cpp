@@ -18,13 +18,7 @@
 //   huge_page_size() is 0 and advise_huge_pages() fails with ERROR_NOT_SUPPORTED.
 // - extend_mapping() fails with ERROR_NOT_SUPPORTED: a second VirtualAlloc next to a mapping is a
 //   separate allocation that release() of the first would not free.
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h>
+#include "windows_api.hpp"  // first: the headers below need it
 #include <psapi.h>
 
 #include <malloc.h>

@@ -8,13 +8,7 @@
 // a MinGW build, whose debug information is DWARF inside the .exe). There is no in-process reader
 // of debug information here (dbghelp reads PDB files, which MinGW does not write), so
 // load_debug_info() is false and functions are not named: a report shows "(object+0xOFF)".
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h>
+#include "windows_api.hpp"  // first: the headers below need it
 #include <io.h>
 
 #include <algorithm>
