@@ -753,6 +753,24 @@ void run_commit_step(context& ctx, runner& r, std::size_t n) {
   }
 }
 
+// CPU time this thread has used, in ns. The in-process loops of arena-small (warm and hot) are
+// timed by it, so time the scheduler gives other processes on a loaded machine is charged to
+// neither subject (by the wall clock, a loaded run once showed both sides 3-4x slower and their
+// ratio far from an idle run's).
+double thread_cpu_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
+}
+
+// time_small's loop, timed by thread_cpu_ns: CPU ns per allocation.
+template <class Allocate>
+double cpu_time_small(std::size_t count, const std::vector<std::uint32_t>& sizes, Allocate&& allocate) {
+  const double start = thread_cpu_ns();
+  static_cast<void>(time_small(count, sizes, std::forward<Allocate>(allocate)));
+  return (thread_cpu_ns() - start) / static_cast<double>(count);
+}
+
 // Experiment "arena-small": returns {arena/monotonic ratio fresh, warm}.
 // Runs every measurement once per round, `repetitions` rounds, and returns each one's median and
 // range: interleaving keeps a drift in the machine's load from favouring whichever subject ran first.
@@ -808,23 +826,23 @@ std::pair<double, double> run_arena_small(context& ctx) {
   const auto warm_spreads = interleaved_spreads(repetitions, {
       [&] {
         std::pmr::monotonic_buffer_resource resource(buffer.data(), buffer.size());
-        return time_small(count, sizes, [&](std::size_t n) { return resource.allocate(n, 8); });
+        return cpu_time_small(count, sizes, [&](std::size_t n) { return resource.allocate(n, 8); });
       },
       [&] {
         arena.reset();
-        return time_small(count, sizes, [&](std::size_t n) { return arena.allocate(n, 8); });
+        return cpu_time_small(count, sizes, [&](std::size_t n) { return arena.allocate(n, 8); });
       },
       [&] {
         std::pmr::monotonic_buffer_resource resource(buffer.data(), buffer.size());
         std::pmr::memory_resource* volatile hidden = &resource;
         std::pmr::memory_resource& m = *hidden;
-        return time_small(count, sizes, [&](std::size_t n) { return m.allocate(n, 8); });
+        return cpu_time_small(count, sizes, [&](std::size_t n) { return m.allocate(n, 8); });
       },
       [&] {
         arena.reset();
         allocator* volatile hidden = &arena;  // a call through the interface, as a container would
         allocator& a = *hidden;
-        return time_small(count, sizes, [&](std::size_t n) { return a.allocate(n, 8); });
+        return cpu_time_small(count, sizes, [&](std::size_t n) { return a.allocate(n, 8); });
       },
   });
   std::vector<double> warm;
@@ -839,14 +857,14 @@ std::pair<double, double> run_arena_small(context& ctx) {
   constexpr std::size_t round = 1024;
   const auto hot = [&](auto&& allocate, auto&& reset) {
     const std::size_t mask = sizes.size() - 1;
-    const auto start = clock::now();
+    const double start = thread_cpu_ns();
     for (std::size_t i = 0; i < count; ++i) {
       auto* p = static_cast<unsigned char*>(allocate(sizes[i & mask]));
       p[0] = static_cast<unsigned char>(i);
       do_not_optimize(p);
       if ((i & (round - 1)) == round - 1) reset();
     }
-    return nanoseconds(start, clock::now()) / static_cast<double>(count);
+    return (thread_cpu_ns() - start) / static_cast<double>(count);
   };
   std::vector<unsigned char> small_buffer(round * 64 + 4096, 1);
   const auto hot_spreads = interleaved_spreads(repetitions, {
@@ -864,9 +882,9 @@ std::pair<double, double> run_arena_small(context& ctx) {
   record("std::pmr::monotonic_buffer_resource", "hot (rounds of 1024, then reset/release)", hot_results[0]);
   record("virtual_arena", "hot (rounds of 1024, then reset/release)", hot_results[1]);
 
-  // The warm and hot loops are timed by the wall clock inside this process: on a loaded machine
-  // both sides slow down, and not by the same factor, so each figure carries its range over the
-  // repetitions (the peer's fastest over memkit's slowest, and the reverse).
+  // The warm and hot loops run inside this process, so a loaded machine still slows both sides
+  // (shared caches and memory bandwidth) and not by the same factor: each figure carries its range
+  // over the repetitions (the peer's fastest over memkit's slowest, and the reverse).
   const auto versus_monotonic = [&](const std::string& name, const spread& peer, const spread& memkit) {
     ctx.check(peer_figure("monotonic_buffer_resource / virtual_arena time, 16-64 B allocations, " + name, "virtual_arena",
                           "std::pmr::monotonic_buffer_resource", peer.median / memkit.median, peer.low / memkit.high,
