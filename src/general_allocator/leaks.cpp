@@ -423,7 +423,7 @@ bool leak_scanner::prepare() noexcept {
         std::size_t last = 0;
         for (std::size_t b = 0; b < pg.capacity; ++b, r += pg.record_size) {
           // The next records' lines are on their way while this one is read.
-          MEMKIT_PREFETCH(r + 8 * std::size_t{pg.record_size});
+          MEMKIT_PREFETCH(r + 32 * std::size_t{pg.record_size});
           const auto* record = reinterpret_cast<const debug_record*>(r);
           const bool alive = record->state == live;
           marks_[next + b] = alive ? std::uint8_t{unmarked} : std::uint8_t{not_live};
