@@ -23,11 +23,12 @@
 //
 // The cost is one lookup per word that could be an address (see visit()): a range filter, then a
 // table indexed by the address's 4 MiB chunk, a page entry, a multiplication for the block index
-// and a bit of the reached bitmap, all in tables laid out for the scan, and looked up in batches
-// so that cache misses overlap. Per block, the debug records are read once, in address order
-// (prepare()); the scan takes sizes from a dense table, and only the report reads the stacks of
-// what it lists. Phase 1 scans the reached blocks in address order too (sweep()), not in the
-// order pointers reach them, so a heap of small blocks is read in sequence, not a miss per block.
+// and a bit of the reached bitmap, all in tables laid out for the scan and small enough for the
+// cache (phase 2 also reads the mark byte of a block reached before). Per block, the debug
+// records are read once, in address order (prepare()); the scan takes sizes from a dense table,
+// and only the report reads the stacks of what it lists. Phase 1 scans the reached blocks in
+// address order too (sweep()), not in the order pointers reach them, so a heap of small blocks is
+// read in sequence, not a miss per block.
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
