@@ -24,7 +24,7 @@
 // The cost is one lookup per word that could be an address (see visit()): a range filter, then a
 // table indexed by the address's 4 MiB chunk, a page entry, a multiplication for the block index
 // and a bit of the reached bitmap, all in tables laid out for the scan and small enough for the
-// cache (phase 2 also reads the mark byte of a block reached before). Per block, the debug
+// cache (phase 2, the cliques of lost blocks, reads mark bytes instead). Per block, the debug
 // records are read once, in address order (prepare()); the scan takes sizes from a dense table,
 // and only the report reads the stacks of what it lists. Phase 1 scans the reached blocks in
 // address order too (sweep()), not in the order pointers reach them, so a heap of small blocks is
@@ -242,6 +242,7 @@ class leak_scanner {
   bool build_lookup() noexcept;
   static constexpr std::size_t visit_batch = 16;  // candidate words handed to visit() together
   void visit(const std::uintptr_t* words, std::size_t n) noexcept;
+  void visit_lost(const std::uintptr_t* words, std::size_t n) noexcept;
   void visit_slow(std::uintptr_t v) noexcept;
   void reach(const unsigned char* start, std::size_t size, std::uint8_t* mark) noexcept;
   bool test_and_set(std::size_t index) noexcept {
@@ -282,7 +283,7 @@ class leak_scanner {
   std::uint64_t* reached_ = nullptr;
   // Phase 1 scans reached blocks in mark order, which is address order within a page (sweep()):
   // a block newly reached at or past the sweep's position is only marked, the sweep gets to it;
-  // one behind it goes on the stack. Phase 2 pushes every block it reaches (finger_ = SIZE_MAX).
+  // one behind it goes on the stack. Phase 2 reads the mark bytes alone (visit_lost()).
   std::size_t finger_ = 0;
   std::size_t page_blocks_ = 0;  // marks of page blocks; the large blocks' follow
   scratch huge_memory_;
@@ -569,6 +570,10 @@ void leak_scanner::visit(const std::uintptr_t* words, std::size_t n) noexcept {
     for (std::size_t i = 0; i < n; ++i) visit_slow(words[i]);
     return;
   }
+  if (new_mark_ == indirectly_lost) {
+    visit_lost(words, n);
+    return;
+  }
   for (std::size_t i = 0; i < n; ++i) {
     const std::uintptr_t v = words[i];
     const std::uint64_t chunk = chunks_[(v >> segment_shift) - first_chunk_];
@@ -579,17 +584,55 @@ void leak_scanner::visit(const std::uintptr_t* words, std::size_t n) noexcept {
     if (offset >= e.limit) continue;
     const auto index = static_cast<std::size_t>((static_cast<uint128>(offset) * e.reciprocal) >> 64);
     const std::size_t m = e.mark_base + index;
-    if (MEMKIT_LIKELY(!test_and_set(m))) {
-      // Reached before, or not live; in phase 2 an earlier clique's leader reached from this one
-      // becomes indirectly lost.
-      if (MEMKIT_LIKELY(new_mark_ != indirectly_lost) || marks_[m] != definitely_lost) continue;
-      if (reinterpret_cast<const unsigned char*>(e.start + index * e.block_size) != leader_) marks_[m] = indirectly_lost;
-      continue;
-    }
+    if (MEMKIT_LIKELY(!test_and_set(m))) continue;  // reached before, or not live
     if (m >= finger_) continue;  // phase 1's sweep gets to it
     marks_[m] = new_mark_;
     const auto* start = reinterpret_cast<const unsigned char*>(e.start + index * e.block_size);
     const std::size_t size = e.block_size != 0 ? std::size_t{sizes_[m]} : static_cast<const segment*>(owners_[k])->huge_requested;
+    MEMKIT_PREFETCH(start);
+    stack_[depth_++] = {start, size};
+  }
+}
+
+// Phase 2's lookup: the mark bytes alone (the bits are phase 1's), since a word that points to a
+// block reached before must still tell an earlier clique's leader (definitely lost, and now
+// indirectly) from the rest. Cliques are walked depth first, the blocks in the order pointers
+// reach them, so the marks are read in batches: the first pass asks for every word's mark, the
+// second reads them, and the misses of a batch overlap.
+void leak_scanner::visit_lost(const std::uintptr_t* words, std::size_t n) noexcept {
+  struct found {
+    std::size_t entry;
+    std::size_t index;
+  };
+  found at[visit_batch];
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uintptr_t v = words[i];
+    const std::uint64_t chunk = chunks_[(v >> segment_shift) - first_chunk_];
+    if (chunk == 0) continue;
+    const std::size_t k = static_cast<std::size_t>(chunk >> 8) - 1 + ((v & segment_mask) >> (chunk & 0xff));
+    const page_entry& e = entries_[k];
+    const std::uintptr_t offset = v - e.start;
+    if (offset >= e.limit) continue;
+    const auto index = static_cast<std::size_t>((static_cast<uint128>(offset) * e.reciprocal) >> 64);
+    MEMKIT_PREFETCH(&marks_[e.mark_base + index]);
+    at[count++] = {k, index};
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const page_entry& e = entries_[at[i].entry];
+    const std::size_t index = at[i].index;
+    const std::size_t m = e.mark_base + index;
+    const std::uint8_t mark = marks_[m];
+    if (MEMKIT_LIKELY(mark != unmarked && mark != definitely_lost)) continue;  // reached before, or not live
+    const auto* start = reinterpret_cast<const unsigned char*>(e.start + index * e.block_size);
+    if (start == leader_) continue;
+    if (mark == definitely_lost) {
+      marks_[m] = indirectly_lost;  // an earlier clique's leader, reached from this one
+      continue;
+    }
+    marks_[m] = indirectly_lost;
+    const std::size_t size = e.block_size != 0 ? std::size_t{sizes_[m]}
+                                               : static_cast<const segment*>(owners_[at[i].entry])->huge_requested;
     MEMKIT_PREFETCH(start);
     stack_[depth_++] = {start, size};
   }
@@ -602,10 +645,16 @@ void leak_scanner::visit_slow(std::uintptr_t v) noexcept {
   const segment* large;
   if (!find(v, start, mark, record, large)) return;
   const auto m = static_cast<std::size_t>(mark - marks_);
-  if (test_and_set(m)) {
-    if (m < finger_) reach(start, record != nullptr ? std::size_t{sizes_[m]} : large->huge_requested, mark);
-  } else if (*mark == definitely_lost && new_mark_ == indirectly_lost && start != leader_) {
-    *mark = indirectly_lost;  // an earlier clique's leader, reached from this one
+  if (new_mark_ == indirectly_lost) {  // phase 2: the mark bytes alone, as in visit_lost()
+    if (*mark == unmarked) {
+      reach(start, record != nullptr ? std::size_t{sizes_[m]} : large->huge_requested, mark);
+    } else if (*mark == definitely_lost && start != leader_) {
+      *mark = indirectly_lost;  // an earlier clique's leader, reached from this one
+    }
+    return;
+  }
+  if (test_and_set(m) && m < finger_) {
+    reach(start, record != nullptr ? std::size_t{sizes_[m]} : large->huge_requested, mark);
   }
 }
 
@@ -899,7 +948,6 @@ void leak_scanner::mark_lost() noexcept {
                           const segment*) {
     if (mark_of(flags) != unmarked) return;
     set_mark(flags, definitely_lost);
-    (void)test_and_set(static_cast<std::size_t>(flags - marks_));
     leader_ = start;
     scan(start, start + size);
     drain();
