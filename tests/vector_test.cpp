@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdint>
 #include <forward_list>
 #include <memory>
 #include <numeric>
@@ -629,6 +630,48 @@ TEST(vector_growth, push_back_of_an_own_element_survives_every_growth_path) {
     for (int i = 0; i < 100; ++i) ints.insert(ints.begin(), ints.back());
     ints.resize(1000, ints[0]);
     for (int x : ints) EXPECT_EQ(x, 3);
+  }
+}
+
+// push_back of a trivially copyable value takes the growth path that hands the grown buffer and
+// counts back to the caller, which stores through them: after every growth (first allocation,
+// in place, by reallocate, spill out of inline storage, with and without the allocator's extra
+// room) the container's data, size and capacity must be those of the grown buffer.
+template <class Container>
+void check_push_back_through_every_growth(test_allocator& a) {
+  using T = typename Container::value_type;
+  Container c(a);
+  for (int i = 0; i < 300; ++i) {
+    const std::size_t capacity_before = c.capacity();
+    T value{};
+    value[0] = i;
+    T& added = c.emplace_back(value);
+    ASSERT_EQ(c.size(), static_cast<std::size_t>(i) + 1);
+    ASSERT_EQ(&added, c.data() + i);
+    ASSERT_GE(c.capacity(), c.size());
+    if (capacity_before > static_cast<std::size_t>(i)) {
+      ASSERT_EQ(c.capacity(), capacity_before);
+    }
+  }
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(c[static_cast<std::size_t>(i)][0], i) << "i=" << i;
+  c.push_back(c[7]);  // an own element, copied before the buffer can move
+  EXPECT_EQ(c.back()[0], 7);
+}
+
+TEST(vector_growth, push_back_of_small_values_keeps_data_size_and_capacity_through_every_growth) {
+  using narrow = std::array<int, 2>;             // fits a register
+  using wide = std::array<std::int64_t, 4>;      // does not
+  for (bool resize : {true, false}) {
+    for (std::size_t extra : {std::size_t{0}, std::size_t{12}}) {
+      test_allocator a;
+      a.allow_resize(resize);
+      a.report_extra(extra);
+      check_push_back_through_every_growth<memkit::vector<narrow>>(a);
+      check_push_back_through_every_growth<memkit::vector<wide>>(a);
+      check_push_back_through_every_growth<memkit::small_vector<narrow, 3>>(a);
+      check_push_back_through_every_growth<memkit::small_vector<wide, 3>>(a);
+      EXPECT_EQ(a.live_blocks(), 0u);
+    }
   }
 }
 
