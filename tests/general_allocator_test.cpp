@@ -1214,3 +1214,71 @@ TEST(misuse_channel, a_violated_contract_is_reported_with_its_condition_and_plac
 }
 
 }  // namespace
+
+// The seam in src/general_allocator/internal.hpp: called just before a large block short of
+// resident pages takes the lock to take an empty segment's page area.
+namespace memkit::gpa::testing {
+extern void (*before_taking_dirty_segment)() noexcept;
+}  // namespace memkit::gpa::testing
+
+namespace {
+
+general_allocator* raced_allocator = nullptr;
+void* raced_blocks[2] = {nullptr, nullptr};
+
+// What another thread can do between a large block's look at the count of empty segments and its
+// taking one: take the last of them (two blocks of a size class: the first fills the heap's own
+// empty segment, the second takes the one waiting for its purge).
+void take_the_empty_segments() noexcept {
+  memkit::gpa::testing::before_taking_dirty_segment = nullptr;
+  for (void*& p : raced_blocks) {
+    p = raced_allocator->allocate(std::size_t{3} << 20);
+    if (p != nullptr) std::memset(p, 0x5A, std::size_t{3} << 20);
+  }
+}
+
+TEST_F(general_allocator_test, a_large_block_that_finds_the_empty_segments_gone_counts_no_pages_from_them) {
+  const std::size_t kib = 1024;
+  general_allocator a(long_cache());
+  // Two blocks of a size class written and freed: one empty segment waits for its purge, resident.
+  auto* span = static_cast<char*>(a.allocate(3072 * kib));
+  auto* other = static_cast<char*>(a.allocate(3072 * kib));
+  ASSERT_NE(span, nullptr);
+  ASSERT_NE(other, nullptr);
+  std::memset(span, 0xFF, 3072 * kib);
+  std::memset(other, 0xFF, 3072 * kib);
+  a.free(span);
+  a.free(other);
+  raced_allocator = &a;
+  memkit::gpa::testing::before_taking_dirty_segment = take_the_empty_segments;
+  auto* z = static_cast<unsigned char*>(a.allocate_zeroed(3700 * kib));
+  memkit::gpa::testing::before_taking_dirty_segment = nullptr;
+  ASSERT_NE(z, nullptr);
+  ASSERT_NE(raced_blocks[0], nullptr);
+  ASSERT_NE(raced_blocks[1], nullptr);
+  for (std::size_t i = 0; i < 3700 * kib; i += 64) ASSERT_EQ(z[i], 0) << i;
+  fill(z, 3700 * kib, 3);
+  // Nothing moved into the block, so its pages are its own, faulted in now: resident_bytes (an
+  // upper bound) counts them as well as the two blocks that took the segments.
+  const auto written = a.statistics();
+  EXPECT_GE(written.resident_bytes, (3700 + 2 * 3072) * kib);
+  EXPECT_LE(written.resident_bytes, written.mapped_bytes);
+  // The block grows in place over pages it holds read-write, and every byte of it can be written.
+  auto* grown = static_cast<unsigned char*>(a.reallocate_unsized(z, 3900 * kib));
+  ASSERT_NE(grown, nullptr);
+  EXPECT_TRUE(check(grown, 3700 * kib, 3));
+  fill(grown, 3900 * kib, 4);
+  EXPECT_TRUE(check(grown, 3900 * kib, 4));
+  a.free(grown);
+  for (void*& p : raced_blocks) {
+    a.free(p);
+    p = nullptr;
+  }
+  a.purge();
+  const auto end = a.statistics();
+  EXPECT_EQ(end.huge_live_bytes, 0u);
+  EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+  EXPECT_EQ(end.retained_bytes, 0u);
+}
+
+}  // namespace

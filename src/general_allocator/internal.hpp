@@ -626,4 +626,13 @@ inline bool push_local_free(page* pg, void* p) noexcept {
   return pg->used.decrement_is_zero();
 }
 
+namespace testing {
+
+// Test seam (large.cpp): when set, called just before a block short of resident pages takes the
+// lock to take the page area of an empty segment, so a test can empty that list in between, as
+// another thread can. Null in programs; tests declare it themselves (this header is not public).
+extern void (*before_taking_dirty_segment)() noexcept;
+
+}  // namespace testing
+
 }  // namespace memkit::gpa

@@ -34,6 +34,11 @@
 #include "memkit/os.hpp"
 
 namespace memkit {
+
+namespace gpa::testing {
+void (*before_taking_dirty_segment)() noexcept = nullptr;
+}  // namespace gpa::testing
+
 using namespace gpa;
 
 namespace {
@@ -97,6 +102,21 @@ std::size_t header_bytes_for(std::size_t alignment) noexcept {
 // Resident bytes of a huge segment (the weight of a cached block against the retained limit).
 std::size_t touched_of(const segment* s) noexcept { return s->pages[0].touched_bytes; }
 
+// What holds for a large block between steps (checked in debug and test builds): its resident
+// prefix lies in its read-write part, which lies in its reservation, and the mapping boundaries
+// recorded in its split list are increasing and inside the read-write part. A resident prefix or
+// commit that claims pages that were never made read-write hands out pages that fault on a write.
+void check_block(const segment* s) noexcept {
+  MEMKIT_ASSERT(s->pages[0].touched_bytes <= s->huge_committed, "a large block's resident pages are committed");
+  MEMKIT_ASSERT(s->huge_committed <= s->reserved_bytes, "a large block's commit lies in its reservation");
+  MEMKIT_ASSERT(s->huge_split_count <= max_huge_splits, "a large block's split list fits");
+  for (std::uint32_t i = 0; i < s->huge_split_count; ++i) {
+    MEMKIT_ASSERT(s->huge_splits[i] != 0 && s->huge_splits[i] <= s->huge_committed &&
+                      (i == 0 || s->huge_splits[i - 1] < s->huge_splits[i]),
+                  "a large block's splits increase inside its committed part");
+  }
+}
+
 // Drops the splits at or beyond `end`.
 void trim_splits(segment* s, std::size_t end) noexcept {
   while (s->huge_split_count != 0 && s->huge_splits[s->huge_split_count - 1] >= end) --s->huge_split_count;
@@ -123,6 +143,7 @@ struct split_list {
 
 // Caller holds `lock`. Puts a freed (or shrunk donor) block on the cache list.
 void cache_push(general_allocator::impl& im, segment* s) noexcept {
+  check_block(s);
   s->next = im.huge_cached;
   im.huge_cached = s;
   im.huge_cached_count.fetch_add(1, std::memory_order_relaxed);
@@ -144,16 +165,21 @@ segment* cache_take(general_allocator::impl& im, segment** link) noexcept {
 // Empty segments waiting for their purge (release_segment's dirty list) hold resident pages too:
 // the page area of the oldest one, the next to be discarded, moves into [at, at + bytes) and the
 // rest of the segment is unmapped (it would have been discarded; a segment is cheap to map again).
-// Its resident bytes now count for the target, `bytes` of them. Returns false if the move failed
-// (a segment made of a large block with pages moved in spans several mappings, which Linux moves
-// at once only from 6.17 on): the destination may then be unmapped, and the segment is unmapped
-// too, so that it cannot fail again.
-bool recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_t bytes) noexcept {
+// Its resident bytes now count for the target, `bytes` of them. Returns `none` when the list is
+// empty: dirty_count, which the caller read without the lock, is only a hint, and another thread
+// may have taken the last segment since (nothing moved then, so [at, at + bytes) must not count as
+// resident, nor, beyond the block's commit, as read-write). Returns `failed` if the move failed (a
+// segment made of a large block with pages moved in spans several mappings, which Linux moves at
+// once only from 6.17 on): the destination may then be unmapped, and the segment is unmapped too,
+// so that it cannot fail again.
+enum class recycled { moved, none, failed };
+recycled recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_t bytes) noexcept {
+  if (testing::before_taking_dirty_segment != nullptr) testing::before_taking_dirty_segment();
   segment* d;
   {
     lock_guard guard(im.lock);
     d = im.empty_segments.dirty_last;
-    if (d == nullptr) return true;
+    if (d == nullptr) return recycled::none;
     im.empty_segments.dirty_last = d->prev;
     if (im.empty_segments.dirty_last != nullptr) im.empty_segments.dirty_last->next = nullptr;
     else im.empty_segments.dirty_first = nullptr;
@@ -169,14 +195,14 @@ bool recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_t by
   segment_map_set(d, false);
   if (!moved) {
     (void)os::release(d, segment_size);
-    return false;
+    return recycled::failed;
   }
   im.resident_bytes.fetch_add(bytes, std::memory_order_relaxed);
   (void)os::release(d, segment_header_bytes);
   if (bytes < segment_size - segment_header_bytes) {
     (void)os::release(area + bytes, segment_size - segment_header_bytes - bytes);
   }
-  return true;
+  return recycled::moved;
 }
 
 // Moves resident pages of the cached blocks on the `donors` list into the block being built at
@@ -255,7 +281,9 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
          im.empty_segments.dirty_count.load(std::memory_order_relaxed) != 0) {
     const std::size_t area = segment_size - segment_header_bytes;
     const std::size_t bytes = total - touched < area ? total - touched : area;
-    if (!recycle_dirty_segment(im, base + touched, bytes)) {
+    const recycled r = recycle_dirty_segment(im, base + touched, bytes);
+    if (r == recycled::none) break;
+    if (r == recycled::failed) {
       ok = false;
       break;
     }
@@ -480,6 +508,7 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   huge_live_bytes.fetch_add(s->huge_size, std::memory_order_relaxed);
   note_in_use(static_cast<std::ptrdiff_t>(total));
   // Only the pages written before can hold anything but zero.
+  check_block(s);
   if (zeroed && touched > offset) std::memset(pg.start, 0, touched - offset < size ? touched - offset : size);
   return pg.start;
 }
@@ -566,6 +595,7 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size, bool
     huge_live_bytes.fetch_sub(old_size - s->huge_size, std::memory_order_relaxed);
     note_in_use(-static_cast<std::ptrdiff_t>(old_size - s->huge_size));
   }
+  check_block(s);
   return true;
 }
 
@@ -575,6 +605,7 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size, bool
 // left the block without the pages it needs (it still has every page it had).
 bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexcept {
   const std::size_t touched_before = s->pages[0].touched_bytes;
+  const std::size_t committed_before = s->huge_committed;
   if (total - touched_before < min_recycled || !recycling_supported.load(std::memory_order_relaxed) ||
       (huge_cached_count.load(std::memory_order_relaxed) == 0 && empty_segments.dirty_count.load(std::memory_order_relaxed) == 0)) {
     return true;
@@ -605,14 +636,22 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
   // prefix now ends after them.
   s->pages[0].touched_bytes = touched;
   if (!ok) {
-    // A failed move may have unmapped its destination: map the part beyond what moved afresh.
-    // Bytes there were never the caller's. If even that fails, the block ends where its pages do.
-    const std::size_t committed = s->huge_committed;
-    if (committed > touched && (!os::decommit(base + touched, committed - touched) ||
-                                !os::commit(base + touched, committed - touched))) {
-      s->huge_committed = touched;
+    // A failed move may have unmapped its destination, and that need not lie after the pages
+    // that did move (a donor's pieces move highest first), so the resident prefix cannot simply
+    // end after them. Map everything from touched_before on afresh and commit what was committed
+    // before: the caller's bytes lie below touched_before, and the pages that moved in are
+    // dropped. If even that fails, the block ends where its pages do.
+    const std::size_t reserved = s->reserved_bytes;
+    resident_bytes.fetch_sub(touched - touched_before, std::memory_order_relaxed);
+    s->pages[0].touched_bytes = touched_before;
+    trim_splits(s, touched_before + 1);
+    s->huge_committed = touched_before;
+    if (touched_before < reserved && os::decommit(base + touched_before, reserved - touched_before)) {
+      split_list splits_now(s);
+      if (touched_before != 0 && splits_now.count < max_huge_splits) splits_now.add(touched_before);
+      splits_now.store(s);  // the fresh mapping begins at touched_before
+      if (os::commit(base + touched_before, committed_before - touched_before)) s->huge_committed = committed_before;
     }
-    trim_splits(s, s->huge_committed);
   }
   return s->huge_committed >= total;
 }
@@ -758,6 +797,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
     resident_bytes.fetch_add(total - t->pages[0].touched_bytes, std::memory_order_relaxed);
     t->pages[0].touched_bytes = total;
   }
+  check_block(t);
   segment_map_set(t, true);
   {
     lock_guard guard(lock);
