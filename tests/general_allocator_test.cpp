@@ -1282,3 +1282,49 @@ TEST_F(general_allocator_test, a_large_block_that_finds_the_empty_segments_gone_
 }
 
 }  // namespace
+
+namespace {
+
+// A growing block short of resident pages takes them from a cached block; when that move fails,
+// the block keeps its bytes, every byte it grows to can be written, and the donor keeps its own.
+// Then the block grows again (in place or moved) and is freed and reused.
+TEST_F(general_allocator_test, a_growing_block_whose_page_move_fails_keeps_its_bytes_and_can_grow_on) {
+  const std::size_t mib = std::size_t{1} << 20;
+  for (unsigned failures : {1u, 2u, 100u}) {
+    general_allocator a(long_cache());
+    auto* p = static_cast<unsigned char*>(a.allocate(5 * mib));
+    auto* donor = static_cast<unsigned char*>(a.allocate(8 * mib));
+    ASSERT_NE(p, nullptr);
+    ASSERT_NE(donor, nullptr);
+    fill(p, 5 * mib, 1);
+    fill(donor, 8 * mib, 2);
+    a.free(donor);  // cached, resident
+    os::testing::fail_after(os::testing::operation::map, 0);
+    if (failures != 100u) {
+      os::testing::clear_injected_failures();
+      os::testing::inject_failure(os::testing::operation::map, failures);
+    }
+    auto* q = static_cast<unsigned char*>(a.reallocate_unsized(p, 7 * mib + 512 * 1024));
+    os::testing::clear_injected_failures();
+    ASSERT_NE(q, nullptr) << failures;
+    EXPECT_TRUE(check(q, 5 * mib, 1)) << failures;
+    fill(q, 7 * mib + 512 * 1024, 3);
+    auto* r = static_cast<unsigned char*>(a.reallocate_unsized(q, 30 * mib));
+    ASSERT_NE(r, nullptr) << failures;
+    EXPECT_TRUE(check(r, 7 * mib + 512 * 1024, 3)) << failures;
+    fill(r, 30 * mib, 4);
+    EXPECT_TRUE(check(r, 30 * mib, 4)) << failures;
+    auto* again = static_cast<unsigned char*>(a.allocate(8 * mib));
+    ASSERT_NE(again, nullptr);
+    fill(again, 8 * mib, 5);
+    EXPECT_TRUE(check(again, 8 * mib, 5));
+    EXPECT_TRUE(check(r, 30 * mib, 4)) << failures;
+    a.free(again);
+    a.free(r);
+    const auto end = a.statistics();
+    EXPECT_EQ(end.huge_live_bytes, 0u);
+    EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+  }
+}
+
+}  // namespace
