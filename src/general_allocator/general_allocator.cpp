@@ -381,6 +381,7 @@ void general_allocator::after_fork_child() noexcept {
   impl* im = impl_;
   if (im == nullptr) return;
   im->lock.reset();
+  claims::reset_after_fork();
   // The parent's other threads do not exist here. Their heaps may have been mid-update when the
   // fork happened, so they are never adopted; marking them ownerless makes every free into them
   // take the atomic cross-thread path, which is safe.
@@ -401,6 +402,7 @@ void general_allocator::impl::release_everything() noexcept {
         if (s->pages[i].in_use && s->pages[i].debug) release_records(&s->pages[i]);
       }
       segment_map_set(s, false);
+      claims::drop(s, segment_size, "release_everything");
       (void)os::release(s, segment_size);
       s = following;
     }
@@ -412,6 +414,7 @@ void general_allocator::impl::release_everything() noexcept {
     while (list != nullptr) {
       segment* next = list->next;
       segment_map_set(list, false);
+      claims::drop(list, list->reserved_bytes, "release_everything");
       (void)os::release(list, list->reserved_bytes);
       list = next;
     }

@@ -626,6 +626,28 @@ inline bool push_local_free(page* pg, void* p) noexcept {
   return pg->used.decrement_is_zero();
 }
 
+// Address-space ownership of segments and large blocks (address_claims.cpp), checked in builds
+// with assertions and compiled out of the others: every range a segment or block owns is claimed
+// when reserved, changed when split, shrunk, grown or moved, and dropped when released. A new
+// claim that overlaps another, a change that names a range not claimed exactly, or a claimed range
+// left with a hole in its mapping aborts with the step that did it.
+namespace claims {
+#if MEMKIT_ASSERTIONS
+// The claim [at, at + old_bytes) becomes [at, at + new_bytes): old_bytes 0 claims anew, new_bytes
+// 0 drops it. The new range must be mapped.
+void change(const void* at, std::size_t old_bytes, std::size_t new_bytes, const char* step) noexcept;
+// The range must be mapped (reserved or committed) after `step`.
+void check_mapped(const void* at, std::size_t bytes, const char* step) noexcept;
+void reset_after_fork() noexcept;
+#else
+inline void change(const void*, std::size_t, std::size_t, const char*) noexcept {}
+inline void check_mapped(const void*, std::size_t, const char*) noexcept {}
+inline void reset_after_fork() noexcept {}
+#endif
+inline void claim(const void* at, std::size_t bytes, const char* step) noexcept { change(at, 0, bytes, step); }
+inline void drop(const void* at, std::size_t bytes, const char* step) noexcept { change(at, bytes, 0, step); }
+}  // namespace claims
+
 namespace testing {
 
 // Test seam (large.cpp): when set, called just before a block short of resident pages takes the

@@ -185,6 +185,7 @@ recycled recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_
     else im.empty_segments.dirty_first = nullptr;
   }
   char* area = reinterpret_cast<char*>(d) + segment_header_bytes;
+  claims::drop(d, segment_size, "recycle_dirty_segment");
   const os::status moved = os::move_pages(area, bytes, at);
   if (!moved && os::is_unsupported(moved.error())) recycling_supported.store(false, std::memory_order_relaxed);
   const std::size_t dirty = d->dirty_bytes;
@@ -197,6 +198,7 @@ recycled recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_
     (void)os::release(d, segment_size);
     return recycled::failed;
   }
+  claims::check_mapped(at, bytes, "recycle_dirty_segment (its pages moved in)");
   im.resident_bytes.fetch_add(bytes, std::memory_order_relaxed);
   (void)os::release(d, segment_header_bytes);
   if (bytes < segment_size - segment_header_bytes) {
@@ -234,6 +236,9 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
       continue;
     }
     const std::size_t start = held - given;  // the donor keeps [0, start)
+    // Its claim shrinks before any page leaves, so that no other thread can be handed the address
+    // space while the donor still claims it; a failure below claims the pages that stayed again.
+    claims::change(d, donor_reserved, start, "recycle_pages (a donor gives pages)");
     // Highest piece first, so that the donor's header moves last (if at all) and the donor stays
     // whole below the piece that failed.
     std::size_t end = held;
@@ -257,6 +262,7 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
     if (held < donor_reserved) (void)os::release(reinterpret_cast<char*>(d) + held, donor_reserved - held);
     im.mapped_bytes.fetch_sub(donor_reserved - intact, std::memory_order_relaxed);
     // A donor that gave everything no longer exists; its resident bytes now count for the target.
+    if (intact != start) claims::change(d, start, intact, "recycle_pages (the pages a failed move left in a donor)");
     if (intact != 0) {
       d->reserved_bytes = intact;
       d->huge_committed = intact;
@@ -291,6 +297,7 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
     touched += bytes;
     if (touched < reserved) splits.add(touched);
   }
+  if (ok) claims::check_mapped(base, reserved, "recycle_pages (pages moved in)");
   while (segment* d = donors) {  // left after a failure
     donors = d->next;
     d->next = back;
@@ -336,6 +343,7 @@ segment* reserve_huge(general_allocator::impl& im, std::size_t wanted, std::size
     return nullptr;
   }
   auto* s = reinterpret_cast<segment*>(base);
+  claims::claim(s, reserved, "reserve_huge");
   im.mapped_bytes.fetch_add(reserved, std::memory_order_relaxed);
   segment_map_set(s, true);
   return s;
@@ -347,6 +355,7 @@ void release_huge(general_allocator::impl& im, segment* s, std::size_t reserved,
   im.mapped_bytes.fetch_sub(reserved, std::memory_order_relaxed);
   im.resident_bytes.fetch_sub(touched, std::memory_order_relaxed);
   segment_map_set(s, false);
+  claims::drop(s, reserved, "release_huge");
   (void)os::release(s, reserved);
 }
 
@@ -556,6 +565,7 @@ bool general_allocator::impl::huge_resize(segment* s, std::size_t new_size, bool
     std::size_t grown = growth_reservation(*this, total);
     if (grown < total) grown = detail::align_up(total, segment_size);
     if (!os::extend_mapping(base + last, reserved - last, grown - last)) return false;
+    claims::change(base, reserved, grown, "huge_resize (the mapping extended)");
     mapped_bytes.fetch_add(grown - reserved, std::memory_order_relaxed);
     if (committed == reserved) s->huge_committed = committed = grown;
     s->reserved_bytes = reserved = grown;
@@ -652,6 +662,7 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
       splits_now.store(s);  // the fresh mapping begins at touched_before
       if (os::commit(base + touched_before, committed_before - touched_before)) s->huge_committed = committed_before;
     }
+    claims::check_mapped(base, reserved, "recycle_into (mapped again after a failed move)");
   }
   return s->huge_committed >= total;
 }
@@ -706,6 +717,8 @@ segment* general_allocator::impl::segment_from_cached_huge(std::size_t& resident
       for (std::uint32_t i = 0; i < splits.count; ++i)
         if (splits.at[i] > segment_size) moved.add(splits.at[i] - segment_size);
       moved.store(rest);
+      claims::change(base, reserved, segment_size, "segment_from_cached_huge (the span segment)");
+      claims::claim(rest, reserved - segment_size, "segment_from_cached_huge (the rest)");
       segment_map_set(rest, true);
       resident_bytes.fetch_sub(segment_size, std::memory_order_relaxed);
       resident = segment_size;
@@ -713,6 +726,7 @@ segment* general_allocator::impl::segment_from_cached_huge(std::size_t& resident
       cache_push(*this, rest);
       return c;
     }
+    claims::change(base, reserved, segment_size, "segment_from_cached_huge (the rest unmapped)");
     (void)os::release(base + segment_size, reserved - segment_size);
     mapped_bytes.fetch_sub(reserved - segment_size, std::memory_order_relaxed);
   }
@@ -739,6 +753,8 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
   if (!r) return nullptr;
   char* from = reinterpret_cast<char*>(s);
   char* to = static_cast<char*>(r.value());
+  claims::claim(to, reserved, "huge_move (the new reservation)");
+  claims::drop(from, old_reserved, "huge_move (the old range)");  // claimed again if the move fails
   const split_list splits(s);  // the header moves with the block
   {
     lock_guard guard(lock);  // off the live list while its header is nowhere
@@ -773,13 +789,16 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
         std::abort();
       }
     }
+    claims::drop(to, reserved, "huge_move (failed)");
     (void)os::release(to, reserved);
+    claims::claim(from, old_reserved, "huge_move (pieces put back after a failed move)");
     segment_map_set(s, true);
     lock_guard guard(lock);
     live_push(*this, s);
     return nullptr;
   }
   if (old_reserved > old_committed) (void)os::release(from + old_committed, old_reserved - old_committed);
+  claims::check_mapped(to, reserved, "huge_move (moved)");
   auto* t = reinterpret_cast<segment*>(to);
   mapped_bytes.fetch_add(reserved, std::memory_order_relaxed);
   mapped_bytes.fetch_sub(old_reserved, std::memory_order_relaxed);

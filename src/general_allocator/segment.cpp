@@ -106,6 +106,7 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
       return nullptr;
     }
     s = static_cast<segment*>(reserved.value());
+    claims::claim(s, segment_size, "acquire_segment");
     mapped_bytes.fetch_add(segment_size, std::memory_order_relaxed);
     resident_bytes.fetch_add(segment_header_touched(), std::memory_order_relaxed);
     segment_map_set(s, true);
@@ -424,6 +425,7 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
     }
     resident_bytes.fetch_sub(resident, std::memory_order_relaxed);
     segment_map_set(s, false);
+    claims::drop(s, bytes, "purge_caches");
     (void)os::release(s, bytes);
   }
 }

@@ -664,4 +664,16 @@ status resident_pages(const void* address, std::size_t bytes, unsigned char* res
   return {};
 }
 
+status mapped(const void* address, std::size_t bytes) noexcept {
+  if (bytes == 0) return {};
+#if defined(__linux__)
+  // msync walks the mappings of the range and fails with ENOMEM at a gap; MS_ASYNC writes nothing
+  // back for anonymous memory, so this costs a walk of the range's mappings and no more.
+  if (::msync(const_cast<void*>(address), bytes, MS_ASYNC) != 0) return status::failure(errno);
+  return {};
+#else
+  return status::failure(ENOSYS);
+#endif
+}
+
 }  // namespace memkit::os::process

@@ -42,4 +42,9 @@ result<std::size_t> read_memory(const void* address, void* buffer, std::size_t b
 // Fails when the system cannot tell (the range is not mapped, ...).
 status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept;
 
+// Success when every page of [address, address + bytes) belongs to a mapping of the process
+// (reserved or committed); ENOMEM when part of it is not mapped; ENOSYS where the system cannot
+// tell cheaply. Checks of the allocator's address-space bookkeeping use it.
+status mapped(const void* address, std::size_t bytes) noexcept;
+
 }  // namespace memkit::os::process

@@ -576,4 +576,20 @@ status resident_pages(const void* address, std::size_t bytes, unsigned char* res
   return {};
 }
 
+status mapped(const void* address, std::size_t bytes) noexcept {
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  const std::uintptr_t end = begin + bytes;
+  for (std::uintptr_t at = begin; at < end;) {
+    MEMORY_BASIC_INFORMATION m;
+    if (::VirtualQuery(reinterpret_cast<const void*>(at), &m, sizeof m) == 0) {
+      return status::failure(static_cast<int>(::GetLastError()));
+    }
+    if (m.State == MEM_FREE) return status::failure(ERROR_NOT_ENOUGH_MEMORY);
+    const std::uintptr_t run_end = reinterpret_cast<std::uintptr_t>(m.BaseAddress) + m.RegionSize;
+    if (run_end <= at) return status::failure(ERROR_INVALID_PARAMETER);
+    at = run_end;
+  }
+  return {};
+}
+
 }  // namespace memkit::os::process
