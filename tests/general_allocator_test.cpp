@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1325,6 +1326,83 @@ TEST_F(general_allocator_test, a_growing_block_whose_page_move_fails_keeps_its_b
     EXPECT_EQ(end.huge_live_bytes, 0u);
     EXPECT_LE(end.resident_bytes, end.mapped_bytes);
   }
+}
+
+}  // namespace
+
+// The seams of huge_move in src/general_allocator/internal.hpp.
+namespace memkit::gpa::testing {
+extern void (*before_moving_last_piece)() noexcept;
+extern void (*after_moving_pieces_back)(void* reservation, std::size_t vacated) noexcept;
+}  // namespace memkit::gpa::testing
+
+namespace {
+
+void fail_the_last_piece() noexcept { os::testing::inject_failure(os::testing::operation::map, 1); }
+
+// What another thread can be handed once a failed move put a block's pieces back: the address
+// space they left in the new reservation. Mapped here (where the system allows asking for an exact
+// free address) and written, so the test can tell whether the allocator unmapped it afterwards.
+void* mapped_in_the_hole = nullptr;
+std::size_t hole_bytes = 0;
+void map_in_the_hole(void* reservation, std::size_t vacated) noexcept {
+  hole_bytes = vacated;
+#if defined(MAP_FIXED_NOREPLACE)
+  if (vacated == 0) return;
+  void* p = ::mmap(reservation, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p == MAP_FAILED) return;
+  std::memset(p, 0x5A, 4096);
+  mapped_in_the_hole = p;
+#else
+  (void)reservation;
+#endif
+}
+
+// A block made of two mappings (pages moved in from a cached block) that must move to grow, and
+// whose last piece fails to move after the first one moved: the pieces go back, and the address
+// space they vacated in the new reservation is no longer the allocator's. Releasing the whole new
+// reservation afterwards unmapped whatever another thread had been given there meanwhile (the
+// overlapping large blocks the release soak found). The block keeps its bytes and grows by a copy.
+TEST_F(general_allocator_test, a_failed_move_leaves_the_address_space_its_pieces_vacated_to_others) {
+#if !defined(__linux__) || !defined(MAP_FIXED_NOREPLACE)
+  GTEST_SKIP() << "moves need mremap, the check an exact free address";
+#else
+  const std::size_t mib = std::size_t{1} << 20;
+  general_allocator a(long_cache());
+  auto* p = static_cast<unsigned char*>(a.allocate(5 * mib));
+  auto* donor = static_cast<unsigned char*>(a.allocate(8 * mib));
+  ASSERT_NE(p, nullptr);
+  ASSERT_NE(donor, nullptr);
+  fill(p, 5 * mib, 1);
+  fill(donor, 8 * mib, 2);
+  a.free(donor);  // cached, resident: its pages move into p as p grows
+  auto* q = static_cast<unsigned char*>(a.reallocate_unsized(p, 7 * mib + 512 * 1024));
+  ASSERT_NE(q, nullptr);
+  fill(q, 7 * mib + 512 * 1024, 3);
+  mapped_in_the_hole = nullptr;
+  hole_bytes = 0;
+  memkit::gpa::testing::before_moving_last_piece = fail_the_last_piece;
+  memkit::gpa::testing::after_moving_pieces_back = map_in_the_hole;
+  os::testing::inject_failure(os::testing::operation::map, 1);  // no growth in place: it moves
+  auto* r = static_cast<unsigned char*>(a.reallocate_unsized(q, 30 * mib));
+  memkit::gpa::testing::before_moving_last_piece = nullptr;
+  memkit::gpa::testing::after_moving_pieces_back = nullptr;
+  os::testing::clear_injected_failures();
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(check(r, 7 * mib + 512 * 1024, 3));
+  ASSERT_GT(hole_bytes, 0u) << "the block had one mapping: no piece moved before the last";
+  ASSERT_NE(mapped_in_the_hole, nullptr) << "the vacated address space was not free";
+  // Still mapped, and still holding what was written there.
+  EXPECT_EQ(::msync(mapped_in_the_hole, 4096, MS_ASYNC), 0) << "the allocator unmapped another's memory";
+  if (::msync(mapped_in_the_hole, 4096, MS_ASYNC) == 0) {
+    EXPECT_EQ(static_cast<unsigned char*>(mapped_in_the_hole)[4095], 0x5A);
+  }
+  ::munmap(mapped_in_the_hole, 4096);
+  fill(r, 30 * mib, 4);
+  EXPECT_TRUE(check(r, 30 * mib, 4));
+  a.free(r);
+  EXPECT_EQ(a.statistics().huge_live_bytes, 0u);
+#endif
 }
 
 }  // namespace

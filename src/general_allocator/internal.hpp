@@ -655,6 +655,13 @@ namespace testing {
 // another thread can. Null in programs; tests declare it themselves (this header is not public).
 extern void (*before_taking_dirty_segment)() noexcept;
 
+// Test seams (large.cpp, huge_move): called just before a moving block's last piece moves (a test
+// can make that move fail), and after a failed move put the pieces that had moved back, with the
+// new reservation and the bytes at its start those pieces left unmapped (address space another
+// thread can be handed from then on).
+extern void (*before_moving_last_piece)() noexcept;
+extern void (*after_moving_pieces_back)(void* reservation, std::size_t vacated) noexcept;
+
 }  // namespace testing
 
 }  // namespace memkit::gpa

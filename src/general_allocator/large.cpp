@@ -37,6 +37,8 @@ namespace memkit {
 
 namespace gpa::testing {
 void (*before_taking_dirty_segment)() noexcept = nullptr;
+void (*before_moving_last_piece)() noexcept = nullptr;
+void (*after_moving_pieces_back)(void*, std::size_t) noexcept = nullptr;
 }  // namespace gpa::testing
 
 using namespace gpa;
@@ -755,7 +757,10 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
   char* to = static_cast<char*>(r.value());
   claims::claim(to, reserved, "huge_move (the new reservation)");
   claims::drop(from, old_reserved, "huge_move (the old range)");  // claimed again if the move fails
-  const split_list splits(s);  // the header moves with the block
+  split_list splits(s);  // the header moves with the block
+  // A split at the end of the committed part (pages moved in up to there) bounds no piece: without
+  // it the last piece is never empty, which the system refuses to move and grow (EINVAL).
+  while (splits.count != 0 && splits.at[splits.count - 1] >= old_committed) --splits.count;
   {
     lock_guard guard(lock);  // off the live list while its header is nowhere
     live_remove(*this, s);
@@ -768,6 +773,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
   for (std::size_t begin = 0;; ++moved) {
     const bool last = moved == splits.count;
     const std::size_t end = last ? old_committed : splits.at[moved];
+    if (last && testing::before_moving_last_piece != nullptr) testing::before_moving_last_piece();
     const os::status st = last ? os::move_and_grow_pages(from + begin, end - begin, to + begin, total - begin)
                                : os::move_pages(from + begin, end - begin, to + begin);
     if (!st) {
@@ -789,8 +795,13 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
         std::abort();
       }
     }
+    // Each piece put back left its range of the new reservation unmapped, and the system may have
+    // handed that address space to another thread since: only the rest is still this block's to
+    // release. Unmapping all of it took pages from under whatever was mapped there meanwhile.
+    const std::size_t vacated = moved == 0 ? 0 : splits.at[moved - 1];
+    if (testing::after_moving_pieces_back != nullptr) testing::after_moving_pieces_back(to, vacated);
     claims::drop(to, reserved, "huge_move (failed)");
-    (void)os::release(to, reserved);
+    (void)os::release(to + vacated, reserved - vacated);
     claims::claim(from, old_reserved, "huge_move (pieces put back after a failed move)");
     segment_map_set(s, true);
     lock_guard guard(lock);
