@@ -23,8 +23,10 @@
 //
 // The cost is one lookup per word that could be an address (see visit()): a range filter, then a
 // table indexed by the address's 4 MiB chunk, a page entry, a multiplication for the block index
-// and a bit of the reached bitmap, all in tables laid out for the scan and small enough for the
-// cache (phase 2, the cliques of lost blocks, reads mark bytes instead). Per block, the debug
+// and a bit of the reached bitmap, all in tables laid out for the scan (phase 2, the cliques of
+// lost blocks, reads mark bytes instead). In front of the entries and the bitmap, which outgrow
+// the L2 cache in a GiB of small blocks, a bit per page entry tells that every live block of the
+// page is reached already: a word into such a page costs the chunk word and that bit. Per block, the debug
 // records are read once, in address order (prepare()); the scan takes sizes from a dense table,
 // and only the report reads the stacks of what it lists. Phase 1 scans the reached blocks in
 // address order too (sweep()), not in the order pointers reach them, so a heap of small blocks is
@@ -321,6 +323,19 @@ class leak_scanner {
   scratch entries_memory_;
   page_entry* entries_ = nullptr;
   const void** owners_ = nullptr;  // per entry: its page, or a large block's segment
+  // The summary in front of the bitmap: a bit per entry, set once every live block of its page
+  // (or large block) is reached, so that in phase 1 a word into such a page costs the chunk word
+  // and this bit (2 KiB per GiB of small-block pages) instead of an entry and a bitmap word (0.5
+  // and 1.6 MiB per GiB, past the L2 cache). Per entry, the live blocks of its page not yet
+  // reached (counted at the page's first entry; a span's other slices name it in head_).
+  std::uint64_t* full_ = nullptr;
+  std::uint32_t* unreached_ = nullptr;
+  std::uint32_t* head_ = nullptr;
+  std::size_t entry_count_ = 0;
+  bool entry_full(std::size_t k) const noexcept { return ((full_[k >> 6] >> (k & 63)) & 1) != 0; }
+  void set_full(std::size_t head) noexcept {
+    for (std::size_t k = head; k < entry_count_ && head_[k] == head; ++k) full_[k >> 6] |= std::uint64_t{1} << (k & 63);
+  }
 };
 
 template <class Visit>
@@ -478,13 +493,20 @@ bool leak_scanner::build_lookup() noexcept {
   for (std::size_t i = 0; i < (std::size_t{1} << slot_bits_); ++i) segments += slots_[i].s != nullptr ? 1 : 0;
   const std::size_t entries = segments * max_pages_per_segment + huge_count_;
   chunks_ = static_cast<std::uint64_t*>(chunks_memory_.get(chunks * sizeof(std::uint64_t)));
-  auto* memory = static_cast<unsigned char*>(entries_memory_.get(entries * (sizeof(page_entry) + sizeof(void*))));
+  const std::size_t full_words = entries / 64 + 1;
+  auto* memory = static_cast<unsigned char*>(entries_memory_.get(
+      entries * (sizeof(page_entry) + sizeof(void*) + 2 * sizeof(std::uint32_t)) + full_words * sizeof(std::uint64_t)));
   if (chunks_ == nullptr || memory == nullptr) {
     chunks_ = nullptr;
     return false;
   }
   entries_ = reinterpret_cast<page_entry*>(memory);
   owners_ = reinterpret_cast<const void**>(memory + entries * sizeof(page_entry));
+  full_ = reinterpret_cast<std::uint64_t*>(memory + entries * (sizeof(page_entry) + sizeof(void*)));
+  unreached_ = reinterpret_cast<std::uint32_t*>(full_ + full_words);
+  head_ = unreached_ + entries;
+  entry_count_ = entries;
+  for (std::size_t k = 0; k < entries; ++k) head_[k] = static_cast<std::uint32_t>(k);
   std::size_t next = 0;
   for (std::size_t i = 0; i < (std::size_t{1} << slot_bits_); ++i) {
     const segment* s = slots_[i].s;
@@ -499,15 +521,28 @@ bool leak_scanner::build_lookup() noexcept {
       const page* pg = &s->pages[j];
       if (!pg->in_use && s->kind == segment_kind::large) pg = &s->pages[pg->span_head];
       if (!pg->in_use || !pg->debug) continue;
+      const std::uint32_t mark_base = slots_[i].base[pg->index];
       entries_[base + j] = {reinterpret_cast<std::uintptr_t>(pg->start), std::uintptr_t{pg->capacity} * pg->block_size,
-                            pg->reciprocal, slots_[i].base[pg->index], static_cast<std::uint32_t>(pg->block_size)};
+                            pg->reciprocal, mark_base, static_cast<std::uint32_t>(pg->block_size)};
       owners_[base + j] = pg;
+      const std::size_t head = base + pg->index;
+      head_[base + j] = static_cast<std::uint32_t>(head);
+      if (head == base + j) {
+        std::uint32_t live = 0;
+        for (std::size_t b = 0; b < pg->capacity; ++b) live += marks_[mark_base + b] != not_live ? 1 : 0;
+        unreached_[head] = live;
+      }
+    }
+    // Slots with no live debug block hold nothing to find; full pages too.
+    for (std::size_t j = 0; j < max_pages_per_segment; ++j) {
+      if (head_[base + j] == base + j && unreached_[base + j] == 0) full_[(base + j) >> 6] |= std::uint64_t{1} << ((base + j) & 63);
     }
   }
   for (std::size_t i = 0; i < huge_count_; ++i) {
     const std::size_t k = next++;
     entries_[k] = {huge_[i].begin, huge_[i].end - huge_[i].begin, 0, static_cast<std::uint32_t>(page_blocks_ + i), 0};
     owners_[k] = huge_[i].s;
+    unreached_[k] = 1;
     for (std::uintptr_t c = huge_[i].begin >> segment_shift; c <= (huge_[i].end - 1) >> segment_shift; ++c) {
       chunks_[c - first_chunk_] = (std::uint64_t{k + 1} << 8) | segment_shift;
     }
@@ -579,12 +614,14 @@ void leak_scanner::visit(const std::uintptr_t* words, std::size_t n) noexcept {
     const std::uint64_t chunk = chunks_[(v >> segment_shift) - first_chunk_];
     if (chunk == 0) continue;
     const std::size_t k = static_cast<std::size_t>(chunk >> 8) - 1 + ((v & segment_mask) >> (chunk & 0xff));
+    if (entry_full(k)) continue;  // every live block of the page reached before
     const page_entry& e = entries_[k];
     const std::uintptr_t offset = v - e.start;
     if (offset >= e.limit) continue;
     const auto index = static_cast<std::size_t>((static_cast<uint128>(offset) * e.reciprocal) >> 64);
     const std::size_t m = e.mark_base + index;
     if (MEMKIT_LIKELY(!test_and_set(m))) continue;  // reached before, or not live
+    if (--unreached_[head_[k]] == 0) set_full(head_[k]);
     if (m >= finger_) continue;  // phase 1's sweep gets to it
     marks_[m] = new_mark_;
     const auto* start = reinterpret_cast<const unsigned char*>(e.start + index * e.block_size);
