@@ -30,7 +30,9 @@
 // records are read once, in address order (prepare()); the scan takes sizes from a dense table,
 // and only the report reads the stacks of what it lists. Phase 1 scans the reached blocks in
 // address order too (sweep()), not in the order pointers reach them, so a heap of small blocks is
-// read in sequence, not a miss per block.
+// read in sequence, not a miss per block. Blocks reached behind the sweep are scanned from a stack
+// while they are few; past a bound per pass they wait in a pending set for another pass in address
+// order (a heap reached through its blocks from a few roots is mostly reached behind the sweep).
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -105,10 +107,15 @@ struct address_range {
   std::uintptr_t end;
 };
 
+// A block to scan. Phase 1 pushes a page block by its mark instead of its size (`size` is then
+// `by_mark | mark`): the size is read when the block leaves the stack, its line requested with
+// the block's own a few blocks ahead, not when a pointer reaches it (a miss each, in a table of 4
+// bytes per block that outgrows the L2 cache).
 struct pending_block {
   const unsigned char* start;
   std::size_t size;
 };
+constexpr std::size_t by_mark = std::size_t{1} << 63;
 
 struct huge_block {
   std::uintptr_t begin;
@@ -287,6 +294,63 @@ class leak_scanner {
   // a block newly reached at or past the sweep's position is only marked, the sweep gets to it;
   // one behind it goes on the stack. Phase 2 reads the mark bytes alone (visit_lost()).
   std::size_t finger_ = 0;
+  // Blocks reached behind the sweep go on the stack and are scanned at once, depth first, in the
+  // order pointers reach them: a cache and a TLB miss each, which is cheap while they are few (a
+  // list, a tree hanging off a block). Once a pass has put `stack_limit` of them on the stack, the
+  // rest it reaches behind itself only get a bit in the pending set, and further passes take the
+  // pending blocks in mark order, like the first (pending_pass()). The set is a tree of bitmaps:
+  // level 0 a bit per mark, each level above a bit per word of the one below (any bit set there),
+  // so that the next pending mark at or after a position costs a few word loads however sparse the
+  // set is. A pass that leaves blocks to the next has scanned `stack_limit` from the stack, so
+  // there are at most live / stack_limit + 1 passes.
+  static constexpr std::size_t stack_limit = 1024;
+  std::size_t stacked_ = 0;  // blocks this pass put on the stack
+  bool passes_ = false;      // in pending_pass(): blocks reached ahead need a pending bit too
+  static constexpr std::size_t max_levels = 8;
+  std::uint64_t* pending_[max_levels] = {};
+  std::size_t pending_words_[max_levels] = {};
+  std::size_t levels_ = 0;
+  void set_pending(std::size_t m) noexcept {
+    for (std::size_t l = 0; l < levels_; ++l, m >>= 6) {
+      std::uint64_t& word = pending_[l][m >> 6];
+      const bool was_empty = word == 0;
+      word |= std::uint64_t{1} << (m & 63);
+      if (!was_empty) return;
+    }
+  }
+  void clear_pending(std::size_t m) noexcept {
+    for (std::size_t l = 0; l < levels_; ++l, m >>= 6) {
+      std::uint64_t& word = pending_[l][m >> 6];
+      word &= ~(std::uint64_t{1} << (m & 63));
+      if (word != 0) return;
+    }
+  }
+  // The lowest pending mark at or after `m`, or SIZE_MAX.
+  std::size_t next_pending(std::size_t m) const noexcept;
+  // A block newly reached in phase 1 (its bit just set): left to the sweep, stacked or pending.
+  void reached(std::size_t m, const unsigned char* start, std::size_t size) noexcept {
+    if (m >= finger_) {
+      if (passes_) set_pending(m);  // this pass gets to it; the first pass finds it by its bit
+      return;
+    }
+    if (stacked_ < stack_limit) {
+      ++stacked_;
+      stack_[depth_++] = {start, size};
+    } else {
+      set_pending(m);  // the next pass's
+    }
+  }
+  void pending_pass() noexcept;
+  // The pages in mark order, for pending_pass() to find a mark's block.
+  struct page_run {
+    std::size_t mark_base;
+    std::size_t capacity;
+    const unsigned char* start;
+    std::size_t block_size;
+  };
+  scratch runs_memory_;
+  page_run* runs_ = nullptr;
+  std::size_t run_count_ = 0;
   std::size_t page_blocks_ = 0;  // marks of page blocks; the large blocks' follow
   scratch huge_memory_;
   huge_block* huge_ = nullptr;
@@ -403,6 +467,7 @@ bool leak_scanner::prepare() noexcept {
         if (!pg.in_use || !pg.debug) continue;
         any = true;
         page_blocks_ += pg.capacity;
+        ++run_count_;
         record_ranges += pg.records != nullptr ? 1 : 0;
       }
       segments += any ? 1 : 0;
@@ -413,8 +478,10 @@ bool leak_scanner::prepare() noexcept {
   slots_ = static_cast<segment_slot*>(slots_memory_.get((std::size_t{1} << slot_bits_) * sizeof(segment_slot)));
   marks_ = static_cast<std::uint8_t*>(marks_memory_.get(page_blocks_ + huge_count_ + 1));
   sizes_ = static_cast<std::uint32_t*>(sizes_memory_.get((page_blocks_ + 1) * sizeof(std::uint32_t)));
-  if (slots_ == nullptr || marks_ == nullptr || sizes_ == nullptr) return false;
+  runs_ = static_cast<page_run*>(runs_memory_.get((run_count_ + 1) * sizeof(page_run)));
+  if (slots_ == nullptr || marks_ == nullptr || sizes_ == nullptr || runs_ == nullptr) return false;
   std::uint32_t next = 0;
+  std::size_t runs = 0;
   const std::size_t mask = (std::size_t{1} << slot_bits_) - 1;
   for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     for (segment* s = h->segments; s != nullptr; s = s->next) {
@@ -430,6 +497,7 @@ bool leak_scanner::prepare() noexcept {
           slot->s = s;
         }
         slot->base[i] = next;
+        if (runs < run_count_) runs_[runs++] = {next, pg.capacity, reinterpret_cast<const unsigned char*>(pg.start), pg.block_size};
         if (pg.used == 0) {  // no block handed out: no record to read
           std::memset(marks_ + next, not_live, pg.capacity);
           next += pg.capacity;
@@ -459,6 +527,7 @@ bool leak_scanner::prepare() noexcept {
     }
   }
   page_blocks_ = next;
+  run_count_ = runs;
   for (std::size_t i = 0; i < huge_count_; ++i) {
     marks_[page_blocks_ + i] = unmarked;
     ++live_;
@@ -466,8 +535,20 @@ bool leak_scanner::prepare() noexcept {
     hi_ = std::max(hi_, huge_[i].end);
   }
   const std::size_t marks = page_blocks_ + huge_count_;
-  reached_ = static_cast<std::uint64_t*>(reached_memory_.get((marks / 64 + 1) * sizeof(std::uint64_t)));
+  // The reached bitmap, then the pending set's levels (pages never touched unless a scan needs
+  // them).
+  const std::size_t words = marks / 64 + 1;
+  std::size_t total_words = words;
+  levels_ = 0;
+  for (std::size_t n = words;; n = n / 64 + 1) {
+    pending_words_[levels_++] = n;
+    total_words += n;
+    if (n == 1 || levels_ == max_levels) break;
+  }
+  reached_ = static_cast<std::uint64_t*>(reached_memory_.get(total_words * sizeof(std::uint64_t)));
   if (reached_ == nullptr) return false;
+  pending_[0] = reached_ + words;
+  for (std::size_t l = 1; l < levels_; ++l) pending_[l] = pending_[l - 1] + pending_words_[l - 1];
   for (std::size_t i = 0; i < marks; i += 64) {  // blocks not live count as reached: never scanned
     std::uint64_t word = 0;
     const std::size_t n = std::min<std::size_t>(64, marks - i);
@@ -622,12 +703,16 @@ void leak_scanner::visit(const std::uintptr_t* words, std::size_t n) noexcept {
     const std::size_t m = e.mark_base + index;
     if (MEMKIT_LIKELY(!test_and_set(m))) continue;  // reached before, or not live
     if (--unreached_[head_[k]] == 0) set_full(head_[k]);
-    if (m >= finger_) continue;  // phase 1's sweep gets to it
-    marks_[m] = new_mark_;
+    if (m >= finger_ && !passes_) continue;  // phase 1's sweep gets to it
+    // A page block's mark byte and size are left to whoever scans it (drain() asks for their lines
+    // a few blocks ahead; here each would be a miss that nothing else hides).
     const auto* start = reinterpret_cast<const unsigned char*>(e.start + index * e.block_size);
-    const std::size_t size = e.block_size != 0 ? std::size_t{sizes_[m]} : static_cast<const segment*>(owners_[k])->huge_requested;
-    MEMKIT_PREFETCH(start);
-    stack_[depth_++] = {start, size};
+    if (e.block_size != 0) {
+      reached(m, start, by_mark | m);
+    } else {
+      marks_[m] = reachable;
+      reached(m, start, static_cast<const segment*>(owners_[k])->huge_requested);
+    }
   }
 }
 
@@ -690,8 +775,9 @@ void leak_scanner::visit_slow(std::uintptr_t v) noexcept {
     }
     return;
   }
-  if (test_and_set(m) && m < finger_) {
-    reach(start, record != nullptr ? std::size_t{sizes_[m]} : large->huge_requested, mark);
+  if (test_and_set(m)) {
+    *mark = reachable;
+    reached(m, start, record != nullptr ? std::size_t{sizes_[m]} : large->huge_requested);
   }
 }
 
@@ -731,16 +817,31 @@ void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) no
 // prefetch when a block is reached comes too late for the block pushed last, which is popped
 // first).
 void leak_scanner::drain() noexcept {
-  constexpr std::size_t window = 16;
-  pending_block batch[window];
-  while (depth_ != 0) {
-    const std::size_t n = std::min(depth_, window);
-    depth_ -= n;
-    for (std::size_t i = 0; i < n; ++i) {
-      batch[i] = stack_[depth_ + i];
-      MEMKIT_PREFETCH(batch[i].start);
+  constexpr std::size_t window = 16;  // a power of two
+  pending_block ring[window];
+  std::size_t head = 0;
+  std::size_t count = 0;
+  for (;;) {
+    while (count < window && depth_ != 0) {
+      const pending_block& p = stack_[--depth_];
+      MEMKIT_PREFETCH(p.start);
+      if ((p.size & by_mark) != 0) {
+        MEMKIT_PREFETCH(&sizes_[p.size & ~by_mark]);
+        MEMKIT_PREFETCH(&marks_[p.size & ~by_mark]);
+      }
+      ring[(head + count++) & (window - 1)] = p;
     }
-    for (std::size_t i = 0; i < n; ++i) scan(batch[i].start, batch[i].start + batch[i].size);
+    if (count == 0) return;
+    const pending_block p = ring[head];
+    head = (head + 1) & (window - 1);
+    --count;
+    std::size_t size = p.size;
+    if ((size & by_mark) != 0) {  // phase 1's: reached now
+      const std::size_t m = size & ~by_mark;
+      marks_[m] = reachable;
+      size = sizes_[m];
+    }
+    scan(p.start, p.start + size);
   }
 }
 
@@ -862,8 +963,84 @@ void leak_scanner::sweep() noexcept {
     const segment* s = huge_[i].s;
     scan_if_reached(page_blocks_ + i, reinterpret_cast<const unsigned char*>(s->pages[0].start), s->huge_requested);
   }
+  // What the first pass left pending: further passes in mark order, until none is left.
+  passes_ = true;
+  while (next_pending(0) != SIZE_MAX) pending_pass();
+  passes_ = false;
   finger_ = SIZE_MAX;
 }
+
+std::size_t leak_scanner::next_pending(std::size_t m) const noexcept {
+  // Up: the first level whose word holds a bit at or after the position (the top level is one
+  // word).
+  std::size_t l = 0;
+  std::size_t at = m;
+  for (;;) {
+    if ((at >> 6) >= pending_words_[l]) return SIZE_MAX;  // past the end: nothing at this level or above
+    const std::uint64_t word = pending_[l][at >> 6] & (~std::uint64_t{0} << (at & 63));
+    if (word != 0) {
+      at = (at & ~std::size_t{63}) | static_cast<std::size_t>(__builtin_ctzll(word));
+      break;
+    }
+    if (l + 1 == levels_) return SIZE_MAX;
+    ++l;
+    at = (at >> 6) + 1;
+  }
+  // Down: the lowest bit under it.
+  for (; l > 0; --l) at = (at << 6) | static_cast<std::size_t>(__builtin_ctzll(pending_[l - 1][at]));
+  return at;
+}
+
+// One pass over the pending set in mark order: blocks reached ahead of it join this pass, those
+// behind go on the stack (up to stack_limit) or wait for the next pass.
+void leak_scanner::pending_pass() noexcept {
+  stacked_ = 0;
+  std::size_t run = 0;
+  for (std::size_t m = next_pending(0); m != SIZE_MAX; m = next_pending(m)) {
+    if (m >= page_blocks_) {
+      clear_pending(m);
+      finger_ = m + 1;
+      marks_[m] = reachable;
+      const segment* s = huge_[m - page_blocks_].s;
+      const auto* start = reinterpret_cast<const unsigned char*>(s->pages[0].start);
+      scan(start, start + s->huge_requested);
+      if (depth_ != 0) drain();
+      ++m;
+      continue;
+    }
+    // The pending blocks of this word of the set, lowest first; the word is read again after each
+    // block, whose scan may add blocks ahead of it.
+    std::uint64_t& word = pending_[0][m >> 6];
+    const std::size_t word_base = m & ~std::size_t{63};
+    std::uint64_t bits = word & (~std::uint64_t{0} << (m & 63));
+    while (bits != 0) {
+      m = word_base | static_cast<std::size_t>(__builtin_ctzll(bits));
+      if (m >= page_blocks_) break;  // a large block: the loop above
+      word &= ~(std::uint64_t{1} << (m & 63));
+      finger_ = m + 1;
+      marks_[m] = reachable;
+      if (m - runs_[run].mark_base >= runs_[run].capacity) {  // (unsigned: also when m lies below)
+        if (run + 1 < run_count_ && m - runs_[run + 1].mark_base < runs_[run + 1].capacity) {
+          ++run;
+        } else {
+          run = static_cast<std::size_t>(std::upper_bound(runs_, runs_ + run_count_, m,
+                                                          [](std::size_t x, const page_run& r) { return x < r.mark_base; }) -
+                                         runs_) - 1;
+        }
+      }
+      const page_run& r = runs_[run];
+      const unsigned char* start = r.start + (m - r.mark_base) * r.block_size;
+      if (r.block_size >= 1024) MEMKIT_PREFETCH(start + 4096);
+      scan(start, start + sizes_[m]);
+      if (depth_ != 0) drain();
+      bits = word & (~std::uint64_t{0} << (m & 63));
+    }
+    if (bits != 0) continue;  // the large block
+    if (word == 0) clear_pending(word_base);  // the levels above: the bit is clear already here
+    m = word_base + 64;  // (the loop's next_pending(m) looks on from the next word)
+  }
+}
+
 
 void leak_scanner::mark_reachable(const void* registers, std::size_t register_bytes, std::uintptr_t stack_low) noexcept {
   new_mark_ = reachable;
@@ -884,7 +1061,7 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
     }
   }
   for (const scratch* own : {&slots_memory_, &marks_memory_, &sizes_memory_, &reached_memory_, &huge_memory_,
-                             &stack_memory_, &excluded_memory_, &copy_memory_, &entries_memory_, &chunks_memory_}) {
+                             &stack_memory_, &excluded_memory_, &copy_memory_, &entries_memory_, &chunks_memory_, &runs_memory_}) {
     exclude(own->begin(), own->end());
   }
   exclude(reinterpret_cast<std::uintptr_t>(&segment_map[0]), reinterpret_cast<std::uintptr_t>(&segment_map[segment_map_words]));
