@@ -34,6 +34,7 @@
 // while they are few; past a bound per pass they wait in a pending set for another pass in address
 // order (a heap reached through its blocks from a few roots is mostly reached behind the sweep).
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -979,7 +980,7 @@ std::size_t leak_scanner::next_pending(std::size_t m) const noexcept {
     if ((at >> 6) >= pending_words_[l]) return SIZE_MAX;  // past the end: nothing at this level or above
     const std::uint64_t word = pending_[l][at >> 6] & (~std::uint64_t{0} << (at & 63));
     if (word != 0) {
-      at = (at & ~std::size_t{63}) | static_cast<std::size_t>(__builtin_ctzll(word));
+      at = (at & ~std::size_t{63}) | static_cast<std::size_t>(std::countr_zero(word));
       break;
     }
     if (l + 1 == levels_) return SIZE_MAX;
@@ -987,7 +988,7 @@ std::size_t leak_scanner::next_pending(std::size_t m) const noexcept {
     at = (at >> 6) + 1;
   }
   // Down: the lowest bit under it.
-  for (; l > 0; --l) at = (at << 6) | static_cast<std::size_t>(__builtin_ctzll(pending_[l - 1][at]));
+  for (; l > 0; --l) at = (at << 6) | static_cast<std::size_t>(std::countr_zero(pending_[l - 1][at]));
   return at;
 }
 
@@ -1014,7 +1015,7 @@ void leak_scanner::pending_pass() noexcept {
     const std::size_t word_base = m & ~std::size_t{63};
     std::uint64_t bits = word & (~std::uint64_t{0} << (m & 63));
     while (bits != 0) {
-      m = word_base | static_cast<std::size_t>(__builtin_ctzll(bits));
+      m = word_base | static_cast<std::size_t>(std::countr_zero(bits));
       if (m >= page_blocks_) break;  // a large block: the loop above
       word &= ~(std::uint64_t{1} << (m & 63));
       finger_ = m + 1;
