@@ -82,6 +82,40 @@ TEST(malloc_dropin, the_process_runs_on_memkit) {
   delete q;
 }
 
+// malloc and operator new take their page from the thread's direct entries without testing the
+// mode: switching the global allocator to debug mode (as a program linking the static form may)
+// must still send every new small block through debug mode, even where the thread's pages have
+// free blocks, and switching it off must serve them plainly again. In a child process, so the
+// mode never leaks into other tests.
+TEST(malloc_dropin, debug_mode_switched_on_later_covers_every_small_block) {
+  EXPECT_EXIT(
+      {
+        void* warm = std::malloc(opaque(100));   // the thread's 112-byte page ...
+        std::free(std::malloc(opaque(100)));     // ... now has free blocks
+        general_allocator& g = general_allocator::global();
+        general_allocator::options o = g.current_options();
+        o.debug = true;
+        g.configure(o);
+        void* p = std::malloc(opaque(100));
+        void* q = ::operator new(opaque(100));
+        void* r = std::malloc(opaque(0));
+        // Debug blocks report exactly the requested size; plain ones their block size (112, 16).
+        const bool recorded = malloc_usable_size(p) == 100 && malloc_usable_size(q) == 100 &&
+                              malloc_usable_size(r) < 16;
+        std::free(p);
+        ::operator delete(q);
+        std::free(r);
+        o.debug = false;
+        g.configure(o);
+        void* plain = std::malloc(opaque(100));
+        const bool plain_again = malloc_usable_size(plain) == 112;
+        std::free(plain);
+        std::free(warm);
+        std::_Exit(recorded ? (plain_again ? 0 : 2) : 1);
+      },
+      testing::ExitedWithCode(0), "");
+}
+
 TEST(malloc_dropin, malloc_zero_returns_a_unique_freeable_pointer) {
   void* a = std::malloc(opaque(0));
   void* b = std::malloc(opaque(0));

@@ -19,7 +19,10 @@ namespace {
 void on_thread_exit(void* value) {
   auto* h = static_cast<heap*>(value);
   general_allocator::impl* im = h->instance;
-  if (im->is_global) global_heap = nullptr;
+  if (im->is_global) {
+    global_heap = nullptr;
+    direct_heap = &empty_heap;  // a later allocation of this thread attaches a heap again
+  }
   im->abandon_heap(h);
 }
 
@@ -78,7 +81,19 @@ void general_allocator::configure(const options& opts) noexcept {
   options_ = opts;
   if (options_.stack_frames > max_stack_frames) options_.stack_frames = max_stack_frames;
   fast_ = global_ && !options_.debug;
+  if (impl_ != nullptr && impl_->direct_on != fast_) {
+    impl_->direct_on = fast_;
+    impl_->refresh_direct();
+  }
   if (impl_ != nullptr && release_quarantine) impl_->flush_quarantine();
+}
+
+// Points every heap's direct entries at its queues' first pages, or at empty_page while they are
+// off (configure(), which no allocation runs concurrently with).
+void general_allocator::impl::refresh_direct() noexcept {
+  for (heap* h = heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (std::size_t c = 0; c < class_count && class_block_size(c) <= direct_max; ++c) queue_changed(h, false, c);
+  }
 }
 
 // ---- allocation ---------------------------------------------------------------------------------
@@ -97,21 +112,27 @@ namespace {
 }  // namespace
 
 void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexcept {
-  // Fast path: the global instance, a thread that has its heap, 1..1024 bytes at alignment 1, 2,
-  // 4, 8 or 16 (the bits of 0x10116), release mode: one load finds the page (heap::direct), whose
-  // free list is empty for an empty queue. Every other case takes the fallback.
-  if (MEMKIT_LIKELY(size - 1 < direct_max && alignment <= default_alignment && fast_ &&
+  // Fast path: the global instance in release mode, 0..1024 bytes at alignment 1, 2, 4, 8 or 16
+  // (the bits of 0x10116): one load finds the page (heap::direct of direct_heap), whose free list
+  // is empty for an empty queue and for a thread without a heap. Every other case takes the
+  // fallback.
+  if (MEMKIT_LIKELY(size <= direct_max && alignment <= default_alignment && fast_ &&
                     ((0x10116u >> alignment) & 1u) != 0)) {
-    heap* h = global_heap;
-    if (MEMKIT_LIKELY(h != nullptr)) {
-      // Index 0 (8-byte blocks, 8-aligned) only when the caller accepts 8-byte alignment.
-      const std::size_t index = ((size + 15) >> 4) - static_cast<std::size_t>((size <= 8) & (alignment <= 8));
-      page* pg = h->direct[index];
-      if (MEMKIT_LIKELY(pg->free != nullptr)) return pop_free_block(pg);
-      return impl_->allocate_slow(h, direct_class(index), false);
-    }
+    heap* h = direct_heap;
+    page* pg = h->direct[direct_index(size, alignment)];
+    if (MEMKIT_LIKELY(pg->free != nullptr)) return pop_free_block(pg);
+    return impl_->allocate_direct_miss(h, size, alignment);
   }
   return allocate_fallback(impl_, size, alignment);
+}
+
+// A direct entry with no free block: the class's queue needs a page (the slow path refills it),
+// or the thread has no heap yet (`h` is empty_heap), or debug mode is on (every entry empty).
+void* general_allocator::impl::allocate_direct_miss(heap* h, std::size_t size, std::size_t alignment) noexcept {
+  if (MEMKIT_LIKELY(h != &empty_heap && direct_on)) {
+    return allocate_slow(h, direct_class(direct_index(size, alignment)), false);
+  }
+  return allocate_generic(size, alignment, false);
 }
 
 void* general_allocator::allocate_zeroed(std::size_t size, std::size_t alignment) noexcept {
@@ -207,10 +228,12 @@ void general_allocator::free(void* p) noexcept {
   }
   segment* s = segment_of(p);
   page* pg = page_of(s, p);
+  // One register for the page: without this GCC addresses `free` from the segment and the index
+  // again (one more instruction on the path below).
+  __asm__("" : "+r"(pg));
   // Local and plain (neither a full page nor a debug page): push, count, done. A page whose count
   // reaches zero may be released (free_local_slow).
-  if (MEMKIT_LIKELY(s->thread_id.load(std::memory_order_relaxed) == current_thread_id() &&
-                    local_free_is_plain(pg))) {
+  if (MEMKIT_LIKELY(is_current_thread(s->thread_id.load(std::memory_order_relaxed)) && local_free_is_plain(pg))) {
     if (MEMKIT_UNLIKELY(push_local_free(pg, p))) impl_->free_local_slow(s->owner.load(std::memory_order_relaxed), pg);
     return;
   }

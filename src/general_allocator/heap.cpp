@@ -12,6 +12,8 @@ using namespace gpa;
 namespace gpa {
 constinit thread_local heap* global_heap __attribute__((tls_model("initial-exec"))) = nullptr;
 constinit page empty_page;
+constinit heap empty_heap;
+constinit thread_local heap* direct_heap __attribute__((tls_model("initial-exec"))) = &empty_heap;
 }  // namespace gpa
 
 heap* general_allocator::impl::attach_heap() noexcept {
@@ -33,7 +35,6 @@ heap* general_allocator::impl::attach_heap() noexcept {
     if (!mapped) return nullptr;
     h = new (mapped.value()) heap();
     h->instance = this;
-    for (page*& entry : h->direct) entry = &empty_page;
     mapped_bytes.fetch_add(detail::align_up(sizeof(heap), os::page_size()), std::memory_order_relaxed);
     resident_bytes.fetch_add(detail::align_up(sizeof(heap), os::page_size()), std::memory_order_relaxed);
     h->thread_id.store(tid, std::memory_order_relaxed);
@@ -46,7 +47,7 @@ heap* general_allocator::impl::attach_heap() noexcept {
       s->thread_id.store(tid, std::memory_order_relaxed);
     }
   }
-  if (is_global) global_heap = h;
+  if (is_global) global_heap = direct_heap = h;
   // The key's destructor abandons the heap at thread exit. glibc's first 32 keys need no memory;
   // beyond them setting the value may allocate, which finds global_heap already set.
   if (key.created) (void)os::thread_key_set(key, h);

@@ -248,9 +248,8 @@ static_assert(offsetof(page, debug) == offsetof(page, in_full) + 1,
 // A local free is a plain list push when the page is neither full nor a debug page: both flags
 // read as one 16-bit load (one compare on the free fast path instead of two).
 inline bool local_free_is_plain(const page* pg) noexcept {
-  std::uint16_t flags;
-  std::memcpy(&flags, &pg->in_full, sizeof flags);
-  return flags == 0;
+  using flags_word [[gnu::may_alias]] = std::uint16_t;
+  return *reinterpret_cast<const flags_word*>(&pg->in_full) == 0;
 }
 
 struct segment {
@@ -319,20 +318,31 @@ inline void bump(std::atomic<std::uint64_t>& counter, std::uint64_t by = 1) noex
   owner_add(counter, by);
 }
 
-// Sizes up to direct_max find their page in one load: heap::direct, indexed by (size + 15) / 16
-// (0: the 8-byte class), holds the first page of the class's queue, or empty_page when the queue
-// is empty, so the fast path tests only the page's free list (mimalloc's pages_free_direct).
+// Sizes 0..direct_max at 16-byte alignment find their page in one load: heap::direct, indexed by
+// (size + 15) / 16 (so index 0, size 0, is the 16-byte class like index 1), holds the first page
+// of the class's queue, or empty_page when the queue is empty or the fast path must not serve
+// (debug mode), so the fast path tests only the page's free list (mimalloc's pages_free_direct).
+// The 8-byte class (sizes up to 8 at alignment 8 or less) has the last entry, eight_slot.
 inline constexpr std::size_t direct_max = 1024;
-inline constexpr std::size_t direct_count = direct_max / 16 + 1;
+inline constexpr std::size_t eight_slot = direct_max / 16 + 1;
+inline constexpr std::size_t direct_count = eight_slot + 1;
 extern page empty_page;  // no free block, ever: its pages send allocations to the slow path
 
+// The direct index of a request of `size` <= direct_max bytes aligned to `alignment` <= 16.
+inline std::size_t direct_index(std::size_t size, std::size_t alignment) noexcept {
+  return size <= 8 && alignment <= 8 ? eight_slot : (size + 15) >> 4;
+}
 // The size class of direct index `i`.
-inline std::size_t direct_class(std::size_t i) noexcept { return i == 0 ? 0 : small_class_table[i]; }
+inline std::size_t direct_class(std::size_t i) noexcept { return i == eight_slot ? 0 : small_class_table[i]; }
 
 struct heap {
+  // Every direct entry starts at empty_page (so does empty_heap's, forever).
+  constexpr heap() noexcept {
+    for (page*& entry : direct) entry = &empty_page;
+  }
   std::atomic<std::uintptr_t> thread_id{0};
   general_allocator::impl* instance = nullptr;
-  page* direct[direct_count] = {};  // see direct_max; set by attach_heap and queue_changed
+  page* direct[direct_count];       // see direct_max; set by queue_changed
   page_queue queues[2][class_count];  // [debug][class]
   std::atomic<page*> notified{nullptr};
   segment* free_segments[page_kind_count] = {};  // segments with a free page, per kind
@@ -354,10 +364,15 @@ namespace memkit {
 
 struct general_allocator::impl {
   impl() noexcept = default;
-  constexpr impl(general_allocator* owner, bool global) noexcept : self(owner), is_global(global) {}
+  constexpr impl(general_allocator* owner, bool global) noexcept
+      : self(owner), is_global(global), direct_on(global) {}
 
   general_allocator* self = nullptr;
   bool is_global = false;
+  // The heaps' direct entries point at pages (global instance outside debug mode); else they all
+  // stay at empty_page, so the fast paths of the global instance send every request on. Set by
+  // configure() with every heap's entries.
+  bool direct_on = is_global;
   os::thread_key key{};                          // thread heaps of a private instance
 
   gpa::spin_lock lock;                            // guards everything below
@@ -441,6 +456,8 @@ struct general_allocator::impl {
                                  std::uintptr_t stack_low, general_allocator::leak_summary& summary) noexcept;
   // general_allocator.cpp
   void* allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept;
+  void* allocate_direct_miss(gpa::heap* h, std::size_t size, std::size_t alignment) noexcept;
+  void refresh_direct() noexcept;
   void free_block(gpa::segment* s, gpa::page* pg, void* p) noexcept;
   bool resize_in_place(void* p, std::size_t new_size) noexcept;
   void release_everything() noexcept;
@@ -448,6 +465,9 @@ struct general_allocator::impl {
 
 // Abandons the heap of an exiting thread (the thread-exit callback of every instance's key).
 void thread_exit_hook(void* value);
+
+// The state of general_allocator::global() (general_allocator.cpp).
+extern general_allocator::impl global_impl;
 
 }  // namespace memkit
 
@@ -487,9 +507,34 @@ inline page* page_of(segment* s, const void* p) noexcept {
 // constinit: no dynamic initialization, so accesses need no TLS wrapper call.
 extern constinit thread_local heap* global_heap __attribute__((tls_model("initial-exec")));
 
-// A value unique to each live thread, cheap to read: the address of its global_heap slot.
+// What the global instance's fast paths read instead: the same heap, or empty_heap (whose direct
+// entries are all empty_page) while the thread has none. Never null, so the fast path has no test
+// for it: a thread's first allocation finds an empty page and takes the miss path, which attaches
+// the heap (and, in the drop-in, reads the environment first).
+extern heap empty_heap;
+extern constinit thread_local heap* direct_heap __attribute__((tls_model("initial-exec")));
+
+// A value unique to each live thread, cheap to read. On x86-64 Linux the thread pointer (%fs:0,
+// the thread control block's address), one load as mimalloc's thread id; elsewhere the address of
+// the thread's global_heap slot.
 inline std::uintptr_t current_thread_id() noexcept {
+#if defined(__x86_64__) && defined(__linux__)
+  std::uintptr_t self;
+  __asm__("mov %%fs:0, %0" : "=r"(self));
+  return self;
+#else
   return reinterpret_cast<std::uintptr_t>(&global_heap);
+#endif
+}
+// id == current_thread_id(), in one compare with the thread pointer where it is %fs:0.
+inline bool is_current_thread(std::uintptr_t id) noexcept {
+#if defined(__x86_64__) && defined(__linux__)
+  bool equal;
+  __asm__("cmp %%fs:0, %1" : "=@ccz"(equal) : "r"(id) : "cc");
+  return equal;
+#else
+  return id == current_thread_id();
+#endif
 }
 
 inline heap* current_heap(general_allocator::impl* im) noexcept {
@@ -548,15 +593,17 @@ inline page_queue& queue_of(heap* h, const page* pg) noexcept {
 
 // Points the heap's direct entries of a class at its queue's first page, after a queue operation
 // that may have changed it (owner only; a slow path, at most once per page filled or emptied).
+// While the instance's direct entries are off (debug mode, private instances) they stay at
+// empty_page.
 inline void queue_changed(heap* h, bool debug, std::size_t cls) noexcept {
   if (debug || class_block_size(cls) > direct_max) return;
   page* first = h->queues[0][cls].first;
-  page* target = first != nullptr ? first : &empty_page;
+  page* target = first != nullptr && h->instance->direct_on ? first : &empty_page;
   if (cls == 0) {
-    h->direct[0] = target;
+    h->direct[eight_slot] = target;
     return;
   }
-  for (std::size_t i = 1; i < direct_count; ++i) {
+  for (std::size_t i = 0; i < eight_slot; ++i) {
     if (small_class_table[i] == cls) h->direct[i] = target;
   }
 }

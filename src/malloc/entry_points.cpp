@@ -18,6 +18,7 @@
 #include <new>
 
 #include "memkit/os.hpp"
+#include "../general_allocator/internal.hpp"
 #include "../os/platform.hpp"
 #include "runtime.hpp"
 
@@ -67,6 +68,28 @@ static_assert(memkit::general_allocator::max_allocation_size <= largest_request)
   return allocator->allocate(size, alignment);
 }
 
+// malloc's sizes up to direct_max when the thread's direct entry has no free block: the thread's
+// first allocation (no heap yet, perhaps the process's first, which reads the environment), a
+// class whose queue needs a page, or debug mode (whose entries are always empty).
+[[gnu::noinline]] void* allocate_small_missed(memkit::gpa::heap* h, std::size_t size) noexcept {
+  if (MEMKIT_UNLIKELY(memkit::malloc_runtime::started.load(std::memory_order_acquire) == nullptr))
+    return allocate_first(size, malloc_alignment);
+  return memkit::global_impl.allocate_direct_miss(h, size, malloc_alignment);
+}
+
+// malloc: the general allocator's fast path for the global instance, with no test of its own. The
+// thread's direct entries are empty until the environment has been read and the thread has a
+// heap, and stay empty in debug mode, so those cases take the miss path.
+[[gnu::always_inline]] inline void* allocate_default(std::size_t size) noexcept {
+  if (MEMKIT_LIKELY(size <= memkit::gpa::direct_max)) {
+    memkit::gpa::heap* h = memkit::gpa::direct_heap;
+    memkit::gpa::page* pg = h->direct[(size + 15) >> 4];
+    if (MEMKIT_LIKELY(pg->free != nullptr)) return memkit::gpa::pop_free_block(pg);
+    return allocate_small_missed(h, size);
+  }
+  return allocate(size, malloc_alignment);
+}
+
 // glibc's free never changes errno (since 2.33); general_allocator::free keeps it too. A block
 // to free was allocated, so the environment has been read already: the free skips heap()'s check.
 [[gnu::always_inline]] inline void release(void* p) noexcept {
@@ -83,7 +106,7 @@ using family = memkit::general_allocator::allocation_family;
 }
 
 inline void* reallocate(void* p, std::size_t size) noexcept {
-  if (p == nullptr) return allocate(size, malloc_alignment);
+  if (p == nullptr) return allocate_default(size);
   if (size == 0) {  // glibc: REALLOC_ZERO_BYTES_FREES
     release(p);
     return nullptr;
@@ -108,7 +131,7 @@ inline void* reallocate_array(void* p, std::size_t count, std::size_t size) noex
 // glibc's _mid_memalign: small alignments are malloc's; alignments that cannot be a power of two
 // fail with EINVAL; other non-powers of two are rounded up to the next power of two.
 inline void* allocate_aligned(std::size_t alignment, std::size_t size) noexcept {
-  if (alignment <= malloc_alignment) return allocate(size, malloc_alignment);
+  if (alignment <= malloc_alignment) return allocate_default(size);
   if (MEMKIT_UNLIKELY(alignment > SIZE_MAX / 2 + 1)) return fail(EINVAL);
   if (MEMKIT_UNLIKELY(!memkit::detail::is_power_of_two(alignment))) {
     std::size_t rounded = malloc_alignment * 2;
@@ -148,7 +171,7 @@ inline std::size_t usable_size(const void* p) noexcept {
 
 // ---- the C family ------------------------------------------------------------------------------
 
-MEMKIT_MALLOC_EXPORT void* malloc(std::size_t size) noexcept { return allocate(size, malloc_alignment); }
+MEMKIT_MALLOC_EXPORT void* malloc(std::size_t size) noexcept { return allocate_default(size); }
 MEMKIT_MALLOC_EXPORT void free(void* p) noexcept { release(p); }
 MEMKIT_MALLOC_EXPORT void* calloc(std::size_t count, std::size_t size) noexcept {
   return allocate_zeroed(count, size);
@@ -177,7 +200,7 @@ MEMKIT_MALLOC_EXPORT void free_aligned_sized(void* p, std::size_t, std::size_t) 
 MEMKIT_MALLOC_EXPORT void cfree(void* p) noexcept { release(p); }
 
 // glibc's own names for the same functions.
-MEMKIT_MALLOC_EXPORT void* __libc_malloc(std::size_t size) noexcept { return allocate(size, malloc_alignment); }
+MEMKIT_MALLOC_EXPORT void* __libc_malloc(std::size_t size) noexcept { return allocate_default(size); }
 MEMKIT_MALLOC_EXPORT void __libc_free(void* p) noexcept { release(p); }
 MEMKIT_MALLOC_EXPORT void* __libc_calloc(std::size_t count, std::size_t size) noexcept {
   return allocate_zeroed(count, size);
@@ -237,7 +260,7 @@ MEMKIT_MALLOC_EXPORT struct mallinfo mallinfo() noexcept {
 namespace {
 
 // [new.delete.single]: loop calling the new-handler until memory comes or there is no handler.
-void* new_or_throw(std::size_t size, std::size_t alignment, family f) {
+[[gnu::noinline]] void* new_or_throw(std::size_t size, std::size_t alignment, family f) {
   for (;;) {
     if (MEMKIT_LIKELY(size <= largest_request)) {
       if (void* p = heap().allocate(size, alignment, f)) return p;
@@ -249,7 +272,7 @@ void* new_or_throw(std::size_t size, std::size_t alignment, family f) {
 }
 
 // The nothrow forms behave as the throwing ones, except that they answer null where those throw.
-void* new_or_null(std::size_t size, std::size_t alignment, family f) noexcept {
+[[gnu::noinline]] void* new_or_null(std::size_t size, std::size_t alignment, family f) noexcept {
   for (;;) {
     if (MEMKIT_LIKELY(size <= largest_request)) {
       if (void* p = heap().allocate(size, alignment, f)) return p;
@@ -264,6 +287,17 @@ void* new_or_null(std::size_t size, std::size_t alignment, family f) noexcept {
   }
 }
 
+// operator new and new[] of sizes up to direct_max: malloc's fast path; every other case (a
+// direct entry without a free block, debug mode, which records the family) takes `slow`.
+template <void* (*slow)(std::size_t, std::size_t, family)>
+[[gnu::always_inline]] inline void* new_default(std::size_t size, family f) noexcept(slow == new_or_null) {
+  if (MEMKIT_LIKELY(size <= memkit::gpa::direct_max)) {
+    memkit::gpa::page* pg = memkit::gpa::direct_heap->direct[(size + 15) >> 4];
+    if (MEMKIT_LIKELY(pg->free != nullptr)) return memkit::gpa::pop_free_block(pg);
+  }
+  return slow(size, malloc_alignment, f);
+}
+
 [[gnu::always_inline]] inline std::size_t new_alignment(std::align_val_t alignment) noexcept {
   auto value = static_cast<std::size_t>(alignment);
   return value < malloc_alignment ? malloc_alignment : value;
@@ -273,13 +307,13 @@ void* new_or_null(std::size_t size, std::size_t alignment, family f) noexcept {
 
 #define MEMKIT_NEW_EXPORT __attribute__((visibility("default")))
 
-MEMKIT_NEW_EXPORT void* operator new(std::size_t size) { return new_or_throw(size, malloc_alignment, family::scalar_new); }
-MEMKIT_NEW_EXPORT void* operator new[](std::size_t size) { return new_or_throw(size, malloc_alignment, family::array_new); }
+MEMKIT_NEW_EXPORT void* operator new(std::size_t size) { return new_default<new_or_throw>(size, family::scalar_new); }
+MEMKIT_NEW_EXPORT void* operator new[](std::size_t size) { return new_default<new_or_throw>(size, family::array_new); }
 MEMKIT_NEW_EXPORT void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  return new_or_null(size, malloc_alignment, family::scalar_new);
+  return new_default<new_or_null>(size, family::scalar_new);
 }
 MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
-  return new_or_null(size, malloc_alignment, family::array_new);
+  return new_default<new_or_null>(size, family::array_new);
 }
 MEMKIT_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t alignment) {
   return new_or_throw(size, new_alignment(alignment), family::scalar_new);

@@ -6,7 +6,12 @@
 // start-up, another library's constructor, long before main and before this library's own
 // constructors ran. So nothing here relies on static initialization: heap() checks one flag (a
 // plain load on x86-64) and, the first time, reads the environment and configures the allocator
-// before anything is handed out.
+// before anything is handed out. malloc's and operator new's small fast paths skip even that
+// flag: until a thread has a heap its direct entries are empty (src/general_allocator/
+// internal.hpp, direct_heap), so its first small allocation takes the miss path, which checks it.
+// (A program linking the static form that allocates through general_allocator::global() before
+// its first malloc has a heap already: its small mallocs of the classes that API left with free
+// blocks are served before the environment is read, which then happens at the first miss.)
 #pragma once
 
 #include <atomic>
@@ -18,7 +23,7 @@
 namespace memkit::malloc_runtime {
 
 // general_allocator::global() once it is configured from the environment; null before. Kept here
-// so that the fast path is one load instead of a call into global().
+// so that the other entry points' check is one load instead of a call into global().
 extern std::atomic<general_allocator*> started;
 
 // Reads MEMKIT_DEBUG and friends, configures the allocator, registers the fork handlers, and
