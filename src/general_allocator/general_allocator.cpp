@@ -230,7 +230,7 @@ void general_allocator::free(void* p) noexcept {
   page* pg = page_of(s, p);
   // One register for the page: without this GCC addresses `free` from the segment and the index
   // again (one more instruction on the path below).
-  __asm__("" : "+r"(pg));
+  MEMKIT_IN_REGISTER(pg);
   // Local and plain (neither a full page nor a debug page): push, count, done. A page whose count
   // reaches zero may be released (free_local_slow).
   if (MEMKIT_LIKELY(is_current_thread(s->thread_id.load(std::memory_order_relaxed)) && local_free_is_plain(pg))) {

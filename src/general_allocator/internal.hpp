@@ -514,27 +514,16 @@ extern constinit thread_local heap* global_heap __attribute__((tls_model("initia
 extern heap empty_heap;
 extern constinit thread_local heap* direct_heap __attribute__((tls_model("initial-exec")));
 
-// A value unique to each live thread, cheap to read. On x86-64 Linux the thread pointer (%fs:0,
-// the thread control block's address), one load as mimalloc's thread id; elsewhere the address of
-// the thread's global_heap slot.
+// A value unique to each live thread, cheap to read: the thread pointer where the os layer reads
+// it in one instruction (mimalloc's thread id), else the address of the thread's global_heap slot.
 inline std::uintptr_t current_thread_id() noexcept {
-#if defined(__x86_64__) && defined(__linux__)
-  std::uintptr_t self;
-  __asm__("mov %%fs:0, %0" : "=r"(self));
-  return self;
-#else
-  return reinterpret_cast<std::uintptr_t>(&global_heap);
-#endif
+  if constexpr (os::has_thread_pointer) return os::thread_pointer();
+  else return reinterpret_cast<std::uintptr_t>(&global_heap);
 }
-// id == current_thread_id(), in one compare with the thread pointer where it is %fs:0.
+// id == current_thread_id(), in one compare where the thread pointer is readable.
 inline bool is_current_thread(std::uintptr_t id) noexcept {
-#if defined(__x86_64__) && defined(__linux__)
-  bool equal;
-  __asm__("cmp %%fs:0, %1" : "=@ccz"(equal) : "r"(id) : "cc");
-  return equal;
-#else
-  return id == current_thread_id();
-#endif
+  if constexpr (os::has_thread_pointer) return os::is_thread_pointer(id);
+  else return id == current_thread_id();
 }
 
 inline heap* current_heap(general_allocator::impl* im) noexcept {

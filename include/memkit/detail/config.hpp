@@ -43,6 +43,15 @@
 #define MEMKIT_PREFETCH(p) static_cast<void>(p)
 #endif
 
+// MEMKIT_IN_REGISTER(x): from here on the compiler knows nothing of the variable x but that it
+// sits in a register, so it uses that register instead of computing x again from its sources. A
+// hint for hot paths, where GCC would otherwise spend an instruction; nothing elsewhere.
+#if defined(__GNUC__) || defined(__clang__)
+#define MEMKIT_IN_REGISTER(x) __asm__("" : "+r"(x))
+#else
+#define MEMKIT_IN_REGISTER(x) static_cast<void>(0)
+#endif
+
 // The caller's file, function and line when used as default arguments, for standard libraries
 // without std::source_location (Clang 14 with libstdc++); see memkit::source_location.
 #define MEMKIT_CALLER_FILE() __builtin_FILE()
