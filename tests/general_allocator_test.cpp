@@ -1282,6 +1282,52 @@ TEST_F(general_allocator_test, a_large_block_that_finds_the_empty_segments_gone_
   EXPECT_EQ(end.retained_bytes, 0u);
 }
 
+TEST_F(general_allocator_test, a_large_block_keeps_the_whole_page_area_of_an_empty_segment) {
+  const std::size_t kib = 1024;
+  for (bool failing : {false, true}) {
+    general_allocator a(long_cache());
+    // Two span blocks written and freed: one empty segment waits for its purge, resident.
+    auto* span = static_cast<char*>(a.allocate(3072 * kib));
+    auto* other = static_cast<char*>(a.allocate(3072 * kib));
+    ASSERT_NE(span, nullptr);
+    ASSERT_NE(other, nullptr);
+    std::memset(span, 0xFF, 3072 * kib);
+    std::memset(other, 0xFF, 3072 * kib);
+    a.free(span);
+    a.free(other);
+    if (failing) os::testing::fail_after(os::testing::operation::map, 0);  // the move fails
+    // The block needs less than the segment's page area: it takes all of it.
+    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(3700 * kib));
+    os::testing::clear_injected_failures();
+    ASSERT_NE(z, nullptr) << failing;
+    for (std::size_t i = 0; i < 3700 * kib; i += 64) ASSERT_EQ(z[i], 0) << failing << " " << i;
+    fill(z, 3700 * kib, 3);
+    const auto before = a.statistics();
+    // Growing into the surplus stays in place and makes nothing new resident: the pages are there.
+    auto* grown = static_cast<unsigned char*>(a.reallocate_unsized(z, 3900 * kib));
+    ASSERT_NE(grown, nullptr);
+    EXPECT_TRUE(check(grown, 3700 * kib, 3));
+    fill(grown, 3900 * kib, 4);
+    if (!failing) {
+#if defined(__linux__)
+      EXPECT_EQ(grown, z);
+      EXPECT_EQ(a.statistics().resident_bytes, before.resident_bytes);
+#endif
+    }
+    // The surplus is no longer zero once written: a zeroed block that reuses it is cleared.
+    a.free(grown);
+    auto* again = static_cast<unsigned char*>(a.allocate_zeroed(3800 * kib));
+    ASSERT_NE(again, nullptr);
+    for (std::size_t i = 0; i < 3800 * kib; i += 64) ASSERT_EQ(again[i], 0) << failing << " " << i;
+    a.free(again);
+    const auto end = a.statistics();
+    EXPECT_EQ(end.huge_live_bytes, 0u);
+    EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+    a.purge();
+    EXPECT_EQ(a.statistics().retained_bytes, 0u);
+  }
+}
+
 }  // namespace
 
 namespace {

@@ -284,11 +284,14 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
     if (touched < reserved) splits.add(touched);
   }
   // Then the page areas of empty segments due for their purge (only above min_recycled: a move
-  // costs a system call and splits the mapping).
+  // costs a system call and splits the mapping). The whole page area moves when the reservation
+  // has room for it, not just the part the block needs now: the surplus stays resident in the
+  // block (beyond its size, inside its resident prefix) for its growth or the next block that
+  // reuses it, where cutting it off would unmap pages that a later block faults in again.
   while (ok && touched + min_recycled <= total && splits.count + 2 <= max_huge_splits &&
          im.empty_segments.dirty_count.load(std::memory_order_relaxed) != 0) {
     const std::size_t area = segment_size - segment_header_bytes;
-    const std::size_t bytes = total - touched < area ? total - touched : area;
+    const std::size_t bytes = reserved - touched < area ? reserved - touched : area;
     const recycled r = recycle_dirty_segment(im, base + touched, bytes);
     if (r == recycled::none) break;
     if (r == recycled::failed) {
@@ -488,6 +491,7 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
     committed = total;
     if (s == nullptr) return nullptr;
   }
+  if (committed < touched) committed = touched;  // pages moved in beyond the commit are read-write
   new (s) segment();
   s->huge_committed = committed;
   splits.store(s);
@@ -647,6 +651,7 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
   // The moved pages are resident and counted already (as the donors'); the block's resident
   // prefix now ends after them.
   s->pages[0].touched_bytes = touched;
+  if (s->huge_committed < touched) s->huge_committed = touched;
   if (!ok) {
     // A failed move may have unmapped its destination, and that need not lie after the pages
     // that did move (a donor's pieces move highest first), so the resident prefix cannot simply

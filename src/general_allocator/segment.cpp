@@ -168,8 +168,9 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   s->owner.store(nullptr, std::memory_order_relaxed);
   // Cached, not unmapped: a segment header stays readable for the allocator's lifetime (until
   // purge()), so statistics() and report_leaks() can walk heaps from another thread. Its touched
-  // pages are discarded by purge_caches() once the purge delay has passed, not now: discarding
-  // costs a TLB shootdown on every core, and a busy program takes the segment back soon.
+  // pages are discarded by purge_caches() once the purge delay has passed (ten for a segment of
+  // spans), not now: discarding costs a TLB shootdown on every core, and a busy program takes the
+  // segment back soon.
   s->dirty_bytes = retained;
   s->cached_since_ms = now_ms();
   lock_guard guard(lock);
@@ -386,15 +387,27 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
       }
       empty_segments.dirty_last = nullptr;
     } else {
-      // Oldest first, only those due: O(due). They leave the cache while they are discarded
-      // (outside the lock), so no thread can take one back meanwhile.
-      while (segment* s = empty_segments.dirty_last) {
-        if (!over_limit && now - s->cached_since_ms < delay) break;
-        empty_segments.dirty_last = s->prev;
-        if (empty_segments.dirty_last != nullptr) empty_segments.dirty_last->next = nullptr;
-        else empty_segments.dirty_first = nullptr;
+      // Oldest first, only those due. They leave the cache while they are discarded (outside the
+      // lock), so no thread can take one back meanwhile. Empty segments of spans wait ten delays,
+      // as freed large blocks do: their pages serve large blocks (recycle_dirty_segment in
+      // large.cpp), which would otherwise fault the same megabytes in again. The walk passes over
+      // those not yet due and stops at the first other one that is not: O(due + spans' segments).
+      segment* s = empty_segments.dirty_last;
+      while (s != nullptr) {
+        segment* newer = s->prev;
+        const bool spans = s->kind == segment_kind::large;
+        if (!over_limit && now - s->cached_since_ms < (spans ? 10 * delay : delay)) {
+          if (!spans) break;
+          s = newer;
+          continue;
+        }
+        if (newer != nullptr) newer->next = s->next;
+        else empty_segments.dirty_first = s->next;
+        if (s->next != nullptr) s->next->prev = newer;
+        else empty_segments.dirty_last = newer;
         s->next = to_discard;
         to_discard = s;
+        s = newer;
       }
     }
   }
