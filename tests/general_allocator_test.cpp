@@ -1282,6 +1282,81 @@ TEST_F(general_allocator_test, a_large_block_that_finds_the_empty_segments_gone_
   EXPECT_EQ(end.retained_bytes, 0u);
 }
 
+// Two blocks of a size class in two segments, written and freed: the heap keeps one segment, the
+// other goes to the cache of empty segments, resident until its purge.
+void make_an_empty_segment(general_allocator& a, void*& kept, void*& cached) {
+  const std::size_t kib = 1024;
+  auto* first = static_cast<char*>(a.allocate(3072 * kib));
+  auto* second = static_cast<char*>(a.allocate(3072 * kib));
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  std::memset(first, 0xFF, 3072 * kib);
+  std::memset(second, 0xFF, 3072 * kib);
+  a.free(second);
+  a.free(first);
+  kept = first;
+  cached = second;
+}
+
+std::uintptr_t segment_of(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) & ~((std::uintptr_t{4} << 20) - 1);
+}
+
+TEST_F(general_allocator_test, a_segment_of_spans_takes_a_cached_blocks_pages_before_a_clean_segment) {
+  const std::size_t kib = 1024;
+  general_allocator a(long_cache());
+  // An empty segment whose pages went back to the OS (clean: all its pages would fault in afresh):
+  // a retained limit of nothing sends them back when a large block's free looks at the caches.
+  void* trigger = a.allocate(4096 * kib);
+  ASSERT_NE(trigger, nullptr);
+  void* kept = nullptr;
+  void* cached = nullptr;
+  make_an_empty_segment(a, kept, cached);
+  general_allocator::options none = long_cache();
+  none.retained_limit = 0;
+  a.configure(none);
+  a.free(trigger);
+  a.configure(long_cache());
+  // The heap's own segment gets a block that leaves no room for another one of 2 MiB.
+  void* filler = a.allocate(3584 * kib);
+  ASSERT_NE(filler, nullptr);
+  EXPECT_EQ(segment_of(filler), segment_of(kept));
+  // A freed large block, resident and cached.
+  auto* big = static_cast<char*>(a.allocate(7168 * kib));
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 0xFF, 7168 * kib);
+  a.free(big);
+  const auto before = a.statistics();
+  // A block of a size class needs a segment: the cached block's first 4 MiB, resident, rather
+  // than the clean segment.
+  auto* p = static_cast<unsigned char*>(a.allocate(2048 * kib));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(segment_of(p), segment_of(big));
+  EXPECT_LE(a.statistics().resident_bytes, before.resident_bytes + 64 * kib);
+  fill(p, 2048 * kib, 15);
+  // The next segment is the rest of the cached block, resident too, and the one after that the
+  // clean segment.
+  auto* q = static_cast<unsigned char*>(a.allocate(3072 * kib));
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(segment_of(q), segment_of(big) + (std::uintptr_t{4} << 20));
+  EXPECT_LE(a.statistics().resident_bytes, before.resident_bytes + 128 * kib);
+  fill(q, 3072 * kib, 16);
+  auto* r = static_cast<unsigned char*>(a.allocate(3072 * kib));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(segment_of(r), segment_of(cached));
+  fill(r, 3072 * kib, 17);
+  EXPECT_TRUE(check(p, 2048 * kib, 15));
+  EXPECT_TRUE(check(q, 3072 * kib, 16));
+  EXPECT_TRUE(check(r, 3072 * kib, 17));
+  a.free(p);
+  a.free(q);
+  a.free(r);
+  a.free(filler);
+  EXPECT_EQ(a.statistics().live_bytes, 0u);
+  a.purge();
+  EXPECT_EQ(a.statistics().retained_bytes, 0u);
+}
+
 TEST_F(general_allocator_test, a_large_block_keeps_the_whole_page_area_of_an_empty_segment) {
   const std::size_t kib = 1024;
   for (bool failing : {false, true}) {

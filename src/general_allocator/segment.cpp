@@ -84,7 +84,7 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
       empty_segments.dirty_first = s->next;
       if (empty_segments.dirty_first != nullptr) empty_segments.dirty_first->prev = nullptr;
       else empty_segments.dirty_last = nullptr;
-    } else if (empty_segments.clean != nullptr) {
+    } else if (empty_segments.clean != nullptr && kind != segment_kind::large) {
       s = empty_segments.clean;
       empty_segments.clean = s->next;
     }
@@ -97,7 +97,15 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
     resident_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
   }
   std::size_t adopted = 0;  // bytes a freed large block left resident in the segment
-  if (s == nullptr && kind == segment_kind::large) s = segment_from_cached_huge(adopted);
+  // A segment of spans takes the resident pages a cached large block left before a clean segment,
+  // whose pages would all fault in afresh.
+  if (s == nullptr && kind == segment_kind::large) {
+    s = segment_from_cached_huge(adopted);
+    if (s == nullptr) {
+      lock_guard guard(lock);
+      if ((s = empty_segments.clean) != nullptr) empty_segments.clean = s->next;
+    }
+  }
   if (s == nullptr) {
     auto reserved = os::reserve_aligned(segment_size, segment_size);
     if (!reserved) return nullptr;
