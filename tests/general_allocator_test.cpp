@@ -1302,6 +1302,96 @@ std::uintptr_t segment_of(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) & ~((std::uintptr_t{4} << 20) - 1);
 }
 
+TEST_F(general_allocator_test, an_empty_segment_too_big_for_a_blocks_room_waits_for_a_span_segment) {
+  const std::size_t kib = 1024;
+  general_allocator a(long_cache());
+  // A cached large block with 8 MiB of address space, 5 MiB of it resident, and an empty segment
+  // whose 3 MiB wait for the purge, resident.
+  auto* big = static_cast<char*>(a.allocate(5120 * kib));
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 0xFF, 5120 * kib);
+  void* kept = nullptr;
+  void* cached = nullptr;
+  make_an_empty_segment(a, kept, cached);
+  a.free(big);
+  const auto before = a.statistics();
+  ASSERT_GE(before.retained_bytes, 11264 * kib);
+  // The block reuses the cached one; the empty segment's page area does not fit in what is left of
+  // its reservation, so it stays whole (a part moved would unmap the rest) and the block's last
+  // pages are new.
+  auto* z = static_cast<unsigned char*>(a.allocate_zeroed(7680 * kib));
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(segment_of(z), segment_of(big));
+  for (std::size_t i = 0; i < 7680 * kib; i += 64) ASSERT_EQ(z[i], 0) << i;
+  fill(z, 7680 * kib, 11);
+  const auto after = a.statistics();
+  EXPECT_GE(after.retained_bytes, 6144 * kib);  // both segments, still resident
+  // Two blocks of a size class take the two segments: their pages are there.
+  auto* p = static_cast<unsigned char*>(a.allocate(3072 * kib));
+  auto* q = static_cast<unsigned char*>(a.allocate(3072 * kib));
+  ASSERT_NE(p, nullptr);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(segment_of(p), segment_of(kept));
+  EXPECT_EQ(segment_of(q), segment_of(cached));
+  EXPECT_LE(a.statistics().resident_bytes, after.resident_bytes + 64 * kib);
+  fill(p, 3072 * kib, 12);
+  fill(q, 3072 * kib, 13);
+  EXPECT_TRUE(check(z, 7680 * kib, 11));
+  EXPECT_TRUE(check(p, 3072 * kib, 12));
+  EXPECT_TRUE(check(q, 3072 * kib, 13));
+  a.free(p);
+  a.free(q);
+  a.free(z);
+  const auto end = a.statistics();
+  EXPECT_EQ(end.huge_live_bytes, 0u);
+  EXPECT_EQ(end.live_bytes, 0u);
+  EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+  a.purge();
+  EXPECT_EQ(a.statistics().retained_bytes, 0u);
+}
+
+TEST_F(general_allocator_test, a_failed_move_of_an_empty_segments_pages_leaves_the_donors_cached) {
+  const std::size_t kib = 1024;
+  for (bool failing : {false, true}) {
+    general_allocator a(long_cache());
+    // A cached block too small to be reused whole (it gives its pages) and an empty segment, both
+    // written.
+    auto* donor = static_cast<char*>(a.allocate(3700 * kib));
+    ASSERT_NE(donor, nullptr);
+    std::memset(donor, 0xFF, 3700 * kib);
+    void* kept = nullptr;
+    void* cached = nullptr;
+    make_an_empty_segment(a, kept, cached);
+    a.free(donor);
+    // The empty segment's page area moves first; when that fails (the donor's move would not),
+    // the block is built afresh and the donor gave nothing.
+    if (failing) os::testing::inject_failure(os::testing::operation::map, 1);
+    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(7680 * kib));
+    os::testing::clear_injected_failures();
+    ASSERT_NE(z, nullptr) << failing;
+    for (std::size_t i = 0; i < 7680 * kib; i += 64) ASSERT_EQ(z[i], 0) << failing << " " << i;
+    fill(z, 7680 * kib, 13);
+    if (failing) {
+      // The donor is still cached and whole (its pages and the free slices of the heap's segment
+      // wait for their purge): a block of its size reuses it in place.
+      EXPECT_GE(a.statistics().retained_bytes, (3072 + 3700) * kib);
+      auto* again = static_cast<char*>(a.allocate(3700 * kib));
+      EXPECT_EQ(again, donor);
+      fill(again, 3700 * kib, 14);
+      EXPECT_TRUE(check(again, 3700 * kib, 14));
+      a.free(again);
+    }
+    EXPECT_TRUE(check(z, 7680 * kib, 13));
+    a.free(z);
+    const auto end = a.statistics();
+    EXPECT_EQ(end.huge_live_bytes, 0u);
+    EXPECT_EQ(end.live_bytes, 0u);
+    EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+    a.purge();
+    EXPECT_EQ(a.statistics().retained_bytes, 0u);
+  }
+}
+
 TEST_F(general_allocator_test, a_segment_of_spans_takes_a_cached_blocks_pages_before_a_clean_segment) {
   const std::size_t kib = 1024;
   general_allocator a(long_cache());
