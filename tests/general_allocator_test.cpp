@@ -1282,6 +1282,217 @@ TEST_F(general_allocator_test, a_large_block_that_finds_the_empty_segments_gone_
   EXPECT_EQ(end.retained_bytes, 0u);
 }
 
+// Two blocks of a size class in two segments, written and freed: the heap keeps one segment, the
+// other goes to the cache of empty segments, resident until its purge.
+void make_an_empty_segment(general_allocator& a, void*& kept, void*& cached) {
+  const std::size_t kib = 1024;
+  auto* first = static_cast<char*>(a.allocate(3072 * kib));
+  auto* second = static_cast<char*>(a.allocate(3072 * kib));
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  std::memset(first, 0xFF, 3072 * kib);
+  std::memset(second, 0xFF, 3072 * kib);
+  a.free(second);
+  a.free(first);
+  kept = first;
+  cached = second;
+}
+
+std::uintptr_t segment_of(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) & ~((std::uintptr_t{4} << 20) - 1);
+}
+
+TEST_F(general_allocator_test, an_empty_segment_too_big_for_a_blocks_room_waits_for_a_span_segment) {
+  const std::size_t kib = 1024;
+  general_allocator a(long_cache());
+  // A cached large block with 8 MiB of address space, 5 MiB of it resident, and an empty segment
+  // whose 3 MiB wait for the purge, resident.
+  auto* big = static_cast<char*>(a.allocate(5120 * kib));
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 0xFF, 5120 * kib);
+  void* kept = nullptr;
+  void* cached = nullptr;
+  make_an_empty_segment(a, kept, cached);
+  a.free(big);
+  const auto before = a.statistics();
+  ASSERT_GE(before.retained_bytes, 11264 * kib);
+  // The block reuses the cached one; the empty segment's page area does not fit in what is left of
+  // its reservation, so it stays whole (a part moved would unmap the rest) and the block's last
+  // pages are new.
+  auto* z = static_cast<unsigned char*>(a.allocate_zeroed(7680 * kib));
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(segment_of(z), segment_of(big));
+  for (std::size_t i = 0; i < 7680 * kib; i += 64) ASSERT_EQ(z[i], 0) << i;
+  fill(z, 7680 * kib, 11);
+  const auto after = a.statistics();
+  EXPECT_GE(after.retained_bytes, 6144 * kib);  // both segments, still resident
+  // Two blocks of a size class take the two segments: their pages are there.
+  auto* p = static_cast<unsigned char*>(a.allocate(3072 * kib));
+  auto* q = static_cast<unsigned char*>(a.allocate(3072 * kib));
+  ASSERT_NE(p, nullptr);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(segment_of(p), segment_of(kept));
+  EXPECT_EQ(segment_of(q), segment_of(cached));
+  EXPECT_LE(a.statistics().resident_bytes, after.resident_bytes + 64 * kib);
+  fill(p, 3072 * kib, 12);
+  fill(q, 3072 * kib, 13);
+  EXPECT_TRUE(check(z, 7680 * kib, 11));
+  EXPECT_TRUE(check(p, 3072 * kib, 12));
+  EXPECT_TRUE(check(q, 3072 * kib, 13));
+  a.free(p);
+  a.free(q);
+  a.free(z);
+  const auto end = a.statistics();
+  EXPECT_EQ(end.huge_live_bytes, 0u);
+  EXPECT_EQ(end.live_bytes, 0u);
+  EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+  a.purge();
+  EXPECT_EQ(a.statistics().retained_bytes, 0u);
+}
+
+TEST_F(general_allocator_test, a_failed_move_of_an_empty_segments_pages_leaves_the_donors_cached) {
+  const std::size_t kib = 1024;
+  for (bool failing : {false, true}) {
+    general_allocator a(long_cache());
+    // A cached block too small to be reused whole (it gives its pages) and an empty segment, both
+    // written.
+    auto* donor = static_cast<char*>(a.allocate(3700 * kib));
+    ASSERT_NE(donor, nullptr);
+    std::memset(donor, 0xFF, 3700 * kib);
+    void* kept = nullptr;
+    void* cached = nullptr;
+    make_an_empty_segment(a, kept, cached);
+    a.free(donor);
+    // The empty segment's page area moves first; when that fails (the donor's move would not),
+    // the block is built afresh and the donor gave nothing.
+    if (failing) os::testing::inject_failure(os::testing::operation::map, 1);
+    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(7680 * kib));
+    os::testing::clear_injected_failures();
+    ASSERT_NE(z, nullptr) << failing;
+    for (std::size_t i = 0; i < 7680 * kib; i += 64) ASSERT_EQ(z[i], 0) << failing << " " << i;
+    fill(z, 7680 * kib, 13);
+    if (failing) {
+      // The donor is still cached and whole (its pages and the free slices of the heap's segment
+      // wait for their purge): a block of its size reuses it in place.
+      EXPECT_GE(a.statistics().retained_bytes, (3072 + 3700) * kib);
+      auto* again = static_cast<char*>(a.allocate(3700 * kib));
+      EXPECT_EQ(again, donor);
+      fill(again, 3700 * kib, 14);
+      EXPECT_TRUE(check(again, 3700 * kib, 14));
+      a.free(again);
+    }
+    EXPECT_TRUE(check(z, 7680 * kib, 13));
+    a.free(z);
+    const auto end = a.statistics();
+    EXPECT_EQ(end.huge_live_bytes, 0u);
+    EXPECT_EQ(end.live_bytes, 0u);
+    EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+    a.purge();
+    EXPECT_EQ(a.statistics().retained_bytes, 0u);
+  }
+}
+
+TEST_F(general_allocator_test, a_segment_of_spans_takes_a_cached_blocks_pages_before_a_clean_segment) {
+  const std::size_t kib = 1024;
+  general_allocator a(long_cache());
+  // An empty segment whose pages went back to the OS (clean: all its pages would fault in afresh):
+  // a retained limit of nothing sends them back when a large block's free looks at the caches.
+  void* trigger = a.allocate(4096 * kib);
+  ASSERT_NE(trigger, nullptr);
+  void* kept = nullptr;
+  void* cached = nullptr;
+  make_an_empty_segment(a, kept, cached);
+  general_allocator::options none = long_cache();
+  none.retained_limit = 0;
+  a.configure(none);
+  a.free(trigger);
+  a.configure(long_cache());
+  // The heap's own segment gets a block that leaves no room for another one of 2 MiB.
+  void* filler = a.allocate(3584 * kib);
+  ASSERT_NE(filler, nullptr);
+  EXPECT_EQ(segment_of(filler), segment_of(kept));
+  // A freed large block, resident and cached.
+  auto* big = static_cast<char*>(a.allocate(7168 * kib));
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 0xFF, 7168 * kib);
+  a.free(big);
+  const auto before = a.statistics();
+  // A block of a size class needs a segment: the cached block's first 4 MiB, resident, rather
+  // than the clean segment.
+  auto* p = static_cast<unsigned char*>(a.allocate(2048 * kib));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(segment_of(p), segment_of(big));
+  EXPECT_LE(a.statistics().resident_bytes, before.resident_bytes + 64 * kib);
+  fill(p, 2048 * kib, 15);
+  // The next segment is the rest of the cached block, resident too, and the one after that the
+  // clean segment.
+  auto* q = static_cast<unsigned char*>(a.allocate(3072 * kib));
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(segment_of(q), segment_of(big) + (std::uintptr_t{4} << 20));
+  EXPECT_LE(a.statistics().resident_bytes, before.resident_bytes + 128 * kib);
+  fill(q, 3072 * kib, 16);
+  auto* r = static_cast<unsigned char*>(a.allocate(3072 * kib));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(segment_of(r), segment_of(cached));
+  fill(r, 3072 * kib, 17);
+  EXPECT_TRUE(check(p, 2048 * kib, 15));
+  EXPECT_TRUE(check(q, 3072 * kib, 16));
+  EXPECT_TRUE(check(r, 3072 * kib, 17));
+  a.free(p);
+  a.free(q);
+  a.free(r);
+  a.free(filler);
+  EXPECT_EQ(a.statistics().live_bytes, 0u);
+  a.purge();
+  EXPECT_EQ(a.statistics().retained_bytes, 0u);
+}
+
+TEST_F(general_allocator_test, a_large_block_keeps_the_whole_page_area_of_an_empty_segment) {
+  const std::size_t kib = 1024;
+  for (bool failing : {false, true}) {
+    general_allocator a(long_cache());
+    // Two span blocks written and freed: one empty segment waits for its purge, resident.
+    auto* span = static_cast<char*>(a.allocate(3072 * kib));
+    auto* other = static_cast<char*>(a.allocate(3072 * kib));
+    ASSERT_NE(span, nullptr);
+    ASSERT_NE(other, nullptr);
+    std::memset(span, 0xFF, 3072 * kib);
+    std::memset(other, 0xFF, 3072 * kib);
+    a.free(span);
+    a.free(other);
+    if (failing) os::testing::fail_after(os::testing::operation::map, 0);  // the move fails
+    // The block needs less than the segment's page area: it takes all of it.
+    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(3700 * kib));
+    os::testing::clear_injected_failures();
+    ASSERT_NE(z, nullptr) << failing;
+    for (std::size_t i = 0; i < 3700 * kib; i += 64) ASSERT_EQ(z[i], 0) << failing << " " << i;
+    fill(z, 3700 * kib, 3);
+    const auto before = a.statistics();
+    // Growing into the surplus stays in place and makes nothing new resident: the pages are there.
+    auto* grown = static_cast<unsigned char*>(a.reallocate_unsized(z, 3900 * kib));
+    ASSERT_NE(grown, nullptr);
+    EXPECT_TRUE(check(grown, 3700 * kib, 3));
+    fill(grown, 3900 * kib, 4);
+    if (!failing) {
+#if defined(__linux__)
+      EXPECT_EQ(grown, z);
+      EXPECT_EQ(a.statistics().resident_bytes, before.resident_bytes);
+#endif
+    }
+    // The surplus is no longer zero once written: a zeroed block that reuses it is cleared.
+    a.free(grown);
+    auto* again = static_cast<unsigned char*>(a.allocate_zeroed(3800 * kib));
+    ASSERT_NE(again, nullptr);
+    for (std::size_t i = 0; i < 3800 * kib; i += 64) ASSERT_EQ(again[i], 0) << failing << " " << i;
+    a.free(again);
+    const auto end = a.statistics();
+    EXPECT_EQ(end.huge_live_bytes, 0u);
+    EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+    a.purge();
+    EXPECT_EQ(a.statistics().retained_bytes, 0u);
+  }
+}
+
 }  // namespace
 
 namespace {

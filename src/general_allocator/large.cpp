@@ -209,11 +209,11 @@ recycled recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_
   return recycled::moved;
 }
 
-// Moves resident pages of the cached blocks on the `donors` list into the block being built at
-// `base` (reservation `reserved`, resident prefix `touched`, mapping splits `splits`) until its
-// first `total` bytes are resident. A donor that gives all its pages is released; one that gives
-// part keeps its lower pages (its header among them) and goes back to the cache, as does a donor
-// not needed. Returns false if a move failed: the target may then have lost pages (the system
+// Moves resident pages of empty segments and of the cached blocks on the `donors` list into the
+// block being built at `base` (reservation `reserved`, resident prefix `touched`, mapping splits
+// `splits`) until its first `total` bytes are resident. A donor that gives all its pages is
+// released; one that gives part keeps its lower pages (its header among them) and goes back to
+// the cache, as does a donor not needed. Returns false if a move failed: the target may then have lost pages (the system
 // unmaps the destination before moving) and must be released; `touched` then counts every byte
 // moved into it, for the resident accounting.
 bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved,
@@ -221,8 +221,28 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
                           segment* donors) noexcept {
   const std::size_t keep = detail::align_up(sizeof(segment), os::page_size());
   bool ok = true;
+  // First the page areas of empty segments waiting for their purge (only above min_recycled: a
+  // move costs a system call and splits the mapping), whole: the surplus beyond the block's size
+  // stays resident in it (inside its resident prefix) for its growth or the next block that
+  // reuses it. An area the reservation has no room for stays where it is, for a span segment or
+  // a later block: a part of it moved would unmap the rest, pages a later block faults in again.
+  // They come before the donors because a donor can give part of its pages and keep the rest.
+  const std::size_t area = segment_size - segment_header_bytes;
+  while (touched + min_recycled <= total && reserved - touched >= area && splits.count + 2 <= max_huge_splits &&
+         im.empty_segments.dirty_count.load(std::memory_order_relaxed) != 0) {
+    const recycled r = recycle_dirty_segment(im, base + touched, area);
+    if (r == recycled::none) break;
+    if (r == recycled::failed) {
+      ok = false;
+      break;
+    }
+    if (touched != 0) splits.add(touched);
+    touched += area;
+    if (touched < reserved) splits.add(touched);
+  }
   segment* back = nullptr;  // donors returning to the cache
-  while (segment* d = donors) {
+  while (ok && donors != nullptr) {
+    segment* d = donors;
     donors = d->next;
     const std::size_t need = total > touched ? total - touched : 0;
     const std::size_t held = touched_of(d);
@@ -281,22 +301,6 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
     for (std::uint32_t k = 0; k < from.count; ++k)
       if (from.at[k] > start && from.at[k] < held) splits.add(touched + (from.at[k] - start));
     touched += given;
-    if (touched < reserved) splits.add(touched);
-  }
-  // Then the page areas of empty segments due for their purge (only above min_recycled: a move
-  // costs a system call and splits the mapping).
-  while (ok && touched + min_recycled <= total && splits.count + 2 <= max_huge_splits &&
-         im.empty_segments.dirty_count.load(std::memory_order_relaxed) != 0) {
-    const std::size_t area = segment_size - segment_header_bytes;
-    const std::size_t bytes = total - touched < area ? total - touched : area;
-    const recycled r = recycle_dirty_segment(im, base + touched, bytes);
-    if (r == recycled::none) break;
-    if (r == recycled::failed) {
-      ok = false;
-      break;
-    }
-    if (touched != 0) splits.add(touched);
-    touched += bytes;
     if (touched < reserved) splits.add(touched);
   }
   if (ok) claims::check_mapped(base, reserved, "recycle_pages (pages moved in)");
@@ -488,6 +492,7 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
     committed = total;
     if (s == nullptr) return nullptr;
   }
+  if (committed < touched) committed = touched;  // pages moved in beyond the commit are read-write
   new (s) segment();
   s->huge_committed = committed;
   splits.store(s);
@@ -647,6 +652,7 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
   // The moved pages are resident and counted already (as the donors'); the block's resident
   // prefix now ends after them.
   s->pages[0].touched_bytes = touched;
+  if (s->huge_committed < touched) s->huge_committed = touched;
   if (!ok) {
     // A failed move may have unmapped its destination, and that need not lie after the pages
     // that did move (a donor's pieces move highest first), so the resident prefix cannot simply

@@ -84,7 +84,7 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
       empty_segments.dirty_first = s->next;
       if (empty_segments.dirty_first != nullptr) empty_segments.dirty_first->prev = nullptr;
       else empty_segments.dirty_last = nullptr;
-    } else if (empty_segments.clean != nullptr) {
+    } else if (empty_segments.clean != nullptr && kind != segment_kind::large) {
       s = empty_segments.clean;
       empty_segments.clean = s->next;
     }
@@ -97,7 +97,15 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
     resident_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
   }
   std::size_t adopted = 0;  // bytes a freed large block left resident in the segment
-  if (s == nullptr && kind == segment_kind::large) s = segment_from_cached_huge(adopted);
+  // A segment of spans takes the resident pages a cached large block left before a clean segment,
+  // whose pages would all fault in afresh.
+  if (s == nullptr && kind == segment_kind::large) {
+    s = segment_from_cached_huge(adopted);
+    if (s == nullptr) {
+      lock_guard guard(lock);
+      if ((s = empty_segments.clean) != nullptr) empty_segments.clean = s->next;
+    }
+  }
   if (s == nullptr) {
     auto reserved = os::reserve_aligned(segment_size, segment_size);
     if (!reserved) return nullptr;
@@ -168,8 +176,9 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   s->owner.store(nullptr, std::memory_order_relaxed);
   // Cached, not unmapped: a segment header stays readable for the allocator's lifetime (until
   // purge()), so statistics() and report_leaks() can walk heaps from another thread. Its touched
-  // pages are discarded by purge_caches() once the purge delay has passed, not now: discarding
-  // costs a TLB shootdown on every core, and a busy program takes the segment back soon.
+  // pages are discarded by purge_caches() once the purge delay has passed (ten for a segment of
+  // spans), not now: discarding costs a TLB shootdown on every core, and a busy program takes the
+  // segment back soon.
   s->dirty_bytes = retained;
   s->cached_since_ms = now_ms();
   lock_guard guard(lock);
@@ -386,15 +395,27 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
       }
       empty_segments.dirty_last = nullptr;
     } else {
-      // Oldest first, only those due: O(due). They leave the cache while they are discarded
-      // (outside the lock), so no thread can take one back meanwhile.
-      while (segment* s = empty_segments.dirty_last) {
-        if (!over_limit && now - s->cached_since_ms < delay) break;
-        empty_segments.dirty_last = s->prev;
-        if (empty_segments.dirty_last != nullptr) empty_segments.dirty_last->next = nullptr;
-        else empty_segments.dirty_first = nullptr;
+      // Oldest first, only those due. They leave the cache while they are discarded (outside the
+      // lock), so no thread can take one back meanwhile. Empty segments of spans wait ten delays,
+      // as freed large blocks do: their pages serve large blocks (recycle_dirty_segment in
+      // large.cpp), which would otherwise fault the same megabytes in again. The walk passes over
+      // those not yet due and stops at the first other one that is not: O(due + spans' segments).
+      segment* s = empty_segments.dirty_last;
+      while (s != nullptr) {
+        segment* newer = s->prev;
+        const bool spans = s->kind == segment_kind::large;
+        if (!over_limit && now - s->cached_since_ms < (spans ? 10 * delay : delay)) {
+          if (!spans) break;
+          s = newer;
+          continue;
+        }
+        if (newer != nullptr) newer->next = s->next;
+        else empty_segments.dirty_first = s->next;
+        if (s->next != nullptr) s->next->prev = newer;
+        else empty_segments.dirty_last = newer;
         s->next = to_discard;
         to_discard = s;
+        s = newer;
       }
     }
   }
