@@ -213,9 +213,9 @@ recycled recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_
 // block being built at `base` (reservation `reserved`, resident prefix `touched`, mapping splits
 // `splits`) until its first `total` bytes are resident. A donor that gives all its pages is
 // released; one that gives part keeps its lower pages (its header among them) and goes back to
-// the cache, as does a donor not needed. Returns false if a move failed: the target may then have lost pages (the system
-// unmaps the destination before moving) and must be released; `touched` then counts every byte
-// moved into it, for the resident accounting.
+// the cache, as does a donor not needed. Returns false if a move failed: the target may then have
+// lost pages (the system unmaps the destination before moving) and must be released; `touched`
+// then counts every byte moved into it, for the resident accounting.
 bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved,
                           std::size_t& touched, split_list& splits, std::size_t total,
                           segment* donors) noexcept {
