@@ -227,6 +227,17 @@ general_allocator::options long_cache() {
   return o;
 }
 
+// After every block is freed: nothing live, no more resident than mapped, and purge() gives every
+// cached byte back (the accounting a moved or recycled page could have left wrong).
+void expect_everything_returned(general_allocator& a) {
+  const auto end = a.statistics();
+  EXPECT_EQ(end.huge_live_bytes, 0u);
+  EXPECT_EQ(end.live_bytes, 0u);
+  EXPECT_LE(end.resident_bytes, end.mapped_bytes);
+  a.purge();
+  EXPECT_EQ(a.statistics().retained_bytes, 0u);
+}
+
 TEST_F(general_allocator_test, freed_large_blocks_give_their_resident_pages_to_new_ones) {
   general_allocator a(long_cache());
   const std::size_t mib = std::size_t{1} << 20;
@@ -352,12 +363,7 @@ TEST_F(general_allocator_test, a_freed_large_block_serves_blocks_of_the_size_cla
   }
   a.free(p);
   a.free(z);
-  const auto end = a.statistics();
-  EXPECT_EQ(end.huge_live_bytes, 0u);
-  EXPECT_EQ(end.live_bytes, 0u);
-  EXPECT_LE(end.resident_bytes, end.mapped_bytes);
-  a.purge();
-  EXPECT_EQ(a.statistics().retained_bytes, 0u);
+  expect_everything_returned(a);
 }
 
 TEST_F(general_allocator_test, a_cached_large_block_that_cannot_be_committed_stays_cached) {
@@ -1342,12 +1348,7 @@ TEST_F(general_allocator_test, an_empty_segment_too_big_for_a_blocks_room_waits_
   a.free(p);
   a.free(q);
   a.free(z);
-  const auto end = a.statistics();
-  EXPECT_EQ(end.huge_live_bytes, 0u);
-  EXPECT_EQ(end.live_bytes, 0u);
-  EXPECT_LE(end.resident_bytes, end.mapped_bytes);
-  a.purge();
-  EXPECT_EQ(a.statistics().retained_bytes, 0u);
+  expect_everything_returned(a);
 }
 
 TEST_F(general_allocator_test, a_failed_move_of_an_empty_segments_pages_leaves_the_donors_cached) {
@@ -1383,12 +1384,7 @@ TEST_F(general_allocator_test, a_failed_move_of_an_empty_segments_pages_leaves_t
     }
     EXPECT_TRUE(check(z, 7680 * kib, 13));
     a.free(z);
-    const auto end = a.statistics();
-    EXPECT_EQ(end.huge_live_bytes, 0u);
-    EXPECT_EQ(end.live_bytes, 0u);
-    EXPECT_LE(end.resident_bytes, end.mapped_bytes);
-    a.purge();
-    EXPECT_EQ(a.statistics().retained_bytes, 0u);
+    expect_everything_returned(a);
   }
 }
 
