@@ -218,8 +218,15 @@ void in_fresh_process(Body body) {
 
 // Helpers that lose their blocks: out of line, so no copy of a pointer survives in the caller's
 // frame (the scan starts above the report's own frame; dead frames below it are not roots).
+// The leak report groups blocks by their allocation stack, so the loop's blocks form one record
+// only while the loop has one call site. An optimizing build makes two: GCC -O3 clones this
+// function for each constant `times` and peels the clone for 2 into two calls (two records of one
+// block each; `#pragma GCC unroll 1` does not stop that). The bound is read through a volatile, so
+// no count is known at compile time, and the pragma keeps the loop itself from being unrolled.
 [[gnu::noinline]] void leak_in_a_loop(general_allocator& a, int times) {
-  for (int i = 0; i < times; ++i) {
+  const volatile int count = times;
+#pragma GCC unroll 1
+  for (int i = 0; i < count; ++i) {
     void* p = a.allocate(8);
     std::memset(p, 0, 8);
   }

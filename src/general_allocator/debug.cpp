@@ -59,6 +59,7 @@ bool general_allocator::impl::setup_records(page* pg) noexcept {
   const std::size_t record_size = detail::align_up(sizeof(debug_record) + 2 * frames * sizeof(void*), 8);
   const std::size_t bytes = detail::align_up(pg->reserved * record_size, os::page_size());
   auto mapped = os::map(bytes);
+  if (!mapped && give_back_caches()) mapped = os::map(bytes);  // at a limit, as for a segment
   if (!mapped) return false;
   pg->records = static_cast<unsigned char*>(mapped.value());
   pg->records_bytes = static_cast<std::uint32_t>(bytes);

@@ -417,6 +417,8 @@ struct general_allocator::impl {
   gpa::page* acquire_page(gpa::heap* h, std::size_t cls, bool debug) noexcept;
   gpa::page* acquire_span(gpa::heap* h, std::size_t cls, bool debug) noexcept;
   void release_span(gpa::heap* h, gpa::page* pg) noexcept;
+  gpa::segment* reserve_segment() noexcept;
+  bool give_back_caches() noexcept;
   gpa::segment* acquire_segment(gpa::heap* h, gpa::segment_kind kind) noexcept;
   void release_segment(gpa::heap* h, gpa::segment* s) noexcept;
   void purge_heap(gpa::heap* h, std::uint64_t now, bool everything) noexcept;

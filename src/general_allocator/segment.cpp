@@ -75,6 +75,25 @@ void general_allocator::impl::note_in_use(std::ptrdiff_t delta) noexcept {
   }
 }
 
+// At a limit: releases what the shared caches hold (cached large blocks, empty segments) and says
+// whether that unmapped anything, i.e. whether a refused mapping is worth trying once more.
+bool general_allocator::impl::give_back_caches() noexcept {
+  const std::size_t mapped_before = mapped_bytes.load(std::memory_order_relaxed);
+  purge_caches(now_ms(), true);
+  return mapped_bytes.load(std::memory_order_relaxed) < mapped_before;
+}
+
+// A fresh segment, reserved 4 MiB-aligned and committed; null if the system refuses either.
+segment* general_allocator::impl::reserve_segment() noexcept {
+  auto reserved = os::reserve_aligned(segment_size, segment_size);
+  if (!reserved) return nullptr;
+  if (!os::commit(reserved.value(), segment_size)) {
+    (void)os::release(reserved.value(), segment_size);
+    return nullptr;
+  }
+  return static_cast<segment*>(reserved.value());
+}
+
 segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) noexcept {
   segment* s = nullptr;
   {
@@ -107,13 +126,17 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
     }
   }
   if (s == nullptr) {
-    auto reserved = os::reserve_aligned(segment_size, segment_size);
-    if (!reserved) return nullptr;
-    if (!os::commit(reserved.value(), segment_size)) {
-      (void)os::release(reserved.value(), segment_size);
-      return nullptr;
+    s = reserve_segment();
+    if (s == nullptr) {
+      // Freed memory kept for reuse holds address space and commit charge: cached large blocks
+      // (which segments of small and medium pages never take) and empty segments. Under a limit
+      // (RLIMIT_AS, a commit limit), give them back and, if that unmapped anything, try once
+      // more before refusing, as huge_allocate does. Only the shared caches: the heap's own free
+      // pages hold no address space of their own, and the quarantine is not flushed from inside
+      // an allocation of this heap.
+      if (give_back_caches()) s = reserve_segment();
+      if (s == nullptr) return nullptr;
     }
-    s = static_cast<segment*>(reserved.value());
     claims::claim(s, segment_size, "acquire_segment");
     mapped_bytes.fetch_add(segment_size, std::memory_order_relaxed);
     resident_bytes.fetch_add(segment_header_touched(), std::memory_order_relaxed);

@@ -606,7 +606,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "FAIL: malloc does not come from libmemkit_malloc.so (run with LD_PRELOAD)\n");
     return 3;
   }
-  static memkit::general_allocator private_allocator;
+  // The drop-in reads MEMKIT_PURGE_DELAY_MS; the private instance takes it from the same variable,
+  // so that a test can run a scenario with a delay no run reaches (cached memory then goes back
+  // only when the allocator gives it up at the limit, never because a timer ran out).
+  static memkit::general_allocator private_allocator = [] {
+    memkit::general_allocator::options o;
+    if (const char* delay = std::getenv("MEMKIT_PURGE_DELAY_MS")) {
+      o.purge_delay_ms = static_cast<std::uint32_t>(std::strtoul(delay, nullptr, 10));
+    }
+    return memkit::general_allocator(o);
+  }();
   general = &private_allocator;
   if (what != "threads") limit_address_space();  // threads set it once they are started
   if (what == "refusals") {
