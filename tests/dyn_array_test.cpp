@@ -433,6 +433,8 @@ TEST_F(dyn_array_test, prefault_option_makes_each_step_resident) {
   EXPECT_GE(after.value(), before.value() + step / 2);
 }
 
+// Contracts are checked only where assertions are on (debug and test builds; see detail/config.hpp).
+#if MEMKIT_ASSERTIONS
 TEST_F(dyn_array_test, contract_violations_are_reported) {
   dyn_array<int> a(10, {1});
   EXPECT_DEATH(static_cast<void>(a[1]), "index out of range");
@@ -440,6 +442,7 @@ TEST_F(dyn_array_test, contract_violations_are_reported) {
   EXPECT_DEATH(a.pop_back(), "empty array");
   EXPECT_DEATH(static_cast<void>(a.front()), "front");
 }
+#endif
 
 TEST_F(dyn_array_test, erase_and_erase_if_remove_matching_elements) {
   dyn_array<int> a(100, {1, 2, 3, 2, 5, 2});
