@@ -227,6 +227,19 @@ general_allocator::options long_cache() {
   return o;
 }
 
+// Two blocks of `bytes` (a span each, most of a segment), written and freed: the heap keeps one
+// empty segment and the other waits for its purge, resident. False if either allocation failed.
+bool leave_an_empty_segment_resident(general_allocator& a, std::size_t bytes) {
+  void* span = a.allocate(bytes);
+  void* other = a.allocate(bytes);
+  if (span == nullptr || other == nullptr) return false;
+  std::memset(span, 0xFF, bytes);
+  std::memset(other, 0xFF, bytes);
+  a.free(span);
+  a.free(other);
+  return true;
+}
+
 // After every block is freed: nothing live, no more resident than mapped, and purge() gives every
 // cached byte back (the accounting a moved or recycled page could have left wrong).
 void expect_everything_returned(general_allocator& a) {
@@ -394,16 +407,7 @@ TEST_F(general_allocator_test, an_empty_segment_gives_its_resident_pages_to_a_ne
   const std::size_t mib = std::size_t{1} << 20;
   for (bool failing : {false, true}) {
     general_allocator a(long_cache());
-    // Two blocks of a size class, each filling most of a segment, written and freed: the heap
-    // keeps one empty segment, the other waits for its purge, resident.
-    auto* span = static_cast<char*>(a.allocate(3 * mib));
-    auto* other = static_cast<char*>(a.allocate(3 * mib));
-    ASSERT_NE(span, nullptr);
-    ASSERT_NE(other, nullptr);
-    std::memset(span, 0xFF, 3 * mib);
-    std::memset(other, 0xFF, 3 * mib);
-    a.free(span);
-    a.free(other);
+    ASSERT_TRUE(leave_an_empty_segment_resident(a, 3 * mib));
     const auto before = a.statistics();
     ASSERT_GE(before.retained_bytes, 6 * mib);
     if (failing) os::testing::fail_after(os::testing::operation::map, 0);  // the move fails
@@ -1247,15 +1251,7 @@ void take_the_empty_segments() noexcept {
 TEST_F(general_allocator_test, a_large_block_that_finds_the_empty_segments_gone_counts_no_pages_from_them) {
   const std::size_t kib = 1024;
   general_allocator a(long_cache());
-  // Two blocks of a size class written and freed: one empty segment waits for its purge, resident.
-  auto* span = static_cast<char*>(a.allocate(3072 * kib));
-  auto* other = static_cast<char*>(a.allocate(3072 * kib));
-  ASSERT_NE(span, nullptr);
-  ASSERT_NE(other, nullptr);
-  std::memset(span, 0xFF, 3072 * kib);
-  std::memset(other, 0xFF, 3072 * kib);
-  a.free(span);
-  a.free(other);
+  ASSERT_TRUE(leave_an_empty_segment_resident(a, 3072 * kib));
   raced_allocator = &a;
   memkit::gpa::testing::before_taking_dirty_segment = take_the_empty_segments;
   auto* z = static_cast<unsigned char*>(a.allocate_zeroed(3700 * kib));
@@ -1447,15 +1443,7 @@ TEST_F(general_allocator_test, a_large_block_keeps_the_whole_page_area_of_an_emp
   const std::size_t kib = 1024;
   for (bool failing : {false, true}) {
     general_allocator a(long_cache());
-    // Two span blocks written and freed: one empty segment waits for its purge, resident.
-    auto* span = static_cast<char*>(a.allocate(3072 * kib));
-    auto* other = static_cast<char*>(a.allocate(3072 * kib));
-    ASSERT_NE(span, nullptr);
-    ASSERT_NE(other, nullptr);
-    std::memset(span, 0xFF, 3072 * kib);
-    std::memset(other, 0xFF, 3072 * kib);
-    a.free(span);
-    a.free(other);
+    ASSERT_TRUE(leave_an_empty_segment_resident(a, 3072 * kib));
     if (failing) os::testing::fail_after(os::testing::operation::map, 0);  // the move fails
     // The block needs less than the segment's page area: it takes all of it.
     auto* z = static_cast<unsigned char*>(a.allocate_zeroed(3700 * kib));
