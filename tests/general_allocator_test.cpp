@@ -227,17 +227,25 @@ general_allocator::options long_cache() {
   return o;
 }
 
-// Two blocks of `bytes` (a span each, most of a segment), written and freed: the heap keeps one
-// empty segment and the other waits for its purge, resident. False if either allocation failed.
-bool leave_an_empty_segment_resident(general_allocator& a, std::size_t bytes) {
-  void* span = a.allocate(bytes);
-  void* other = a.allocate(bytes);
-  if (span == nullptr || other == nullptr) return false;
-  std::memset(span, 0xFF, bytes);
-  std::memset(other, 0xFF, bytes);
-  a.free(span);
-  a.free(other);
-  return true;
+// Two blocks of a size class (`bytes`, most of a segment each) in two segments, written and freed:
+// the heap keeps one segment (`kept`), the other goes to the cache of empty segments (`cached`),
+// resident until its purge.
+void make_an_empty_segment(general_allocator& a, std::size_t bytes, void*& kept, void*& cached) {
+  auto* first = static_cast<char*>(a.allocate(bytes));
+  auto* second = static_cast<char*>(a.allocate(bytes));
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  std::memset(first, 0xFF, bytes);
+  std::memset(second, 0xFF, bytes);
+  a.free(second);
+  a.free(first);
+  kept = first;
+  cached = second;
+}
+void make_an_empty_segment(general_allocator& a, std::size_t bytes) {
+  void* kept = nullptr;
+  void* cached = nullptr;
+  make_an_empty_segment(a, bytes, kept, cached);
 }
 
 // After every block is freed: nothing live, no more resident than mapped, and purge() gives every
@@ -407,7 +415,7 @@ TEST_F(general_allocator_test, an_empty_segment_gives_its_resident_pages_to_a_ne
   const std::size_t mib = std::size_t{1} << 20;
   for (bool failing : {false, true}) {
     general_allocator a(long_cache());
-    ASSERT_TRUE(leave_an_empty_segment_resident(a, 3 * mib));
+    make_an_empty_segment(a, 3 * mib);
     const auto before = a.statistics();
     ASSERT_GE(before.retained_bytes, 6 * mib);
     if (failing) os::testing::fail_after(os::testing::operation::map, 0);  // the move fails
@@ -1251,7 +1259,7 @@ void take_the_empty_segments() noexcept {
 TEST_F(general_allocator_test, a_large_block_that_finds_the_empty_segments_gone_counts_no_pages_from_them) {
   const std::size_t kib = 1024;
   general_allocator a(long_cache());
-  ASSERT_TRUE(leave_an_empty_segment_resident(a, 3072 * kib));
+  make_an_empty_segment(a, 3072 * kib);
   raced_allocator = &a;
   memkit::gpa::testing::before_taking_dirty_segment = take_the_empty_segments;
   auto* z = static_cast<unsigned char*>(a.allocate_zeroed(3700 * kib));
@@ -1284,22 +1292,6 @@ TEST_F(general_allocator_test, a_large_block_that_finds_the_empty_segments_gone_
   EXPECT_EQ(end.retained_bytes, 0u);
 }
 
-// Two blocks of a size class in two segments, written and freed: the heap keeps one segment, the
-// other goes to the cache of empty segments, resident until its purge.
-void make_an_empty_segment(general_allocator& a, void*& kept, void*& cached) {
-  const std::size_t kib = 1024;
-  auto* first = static_cast<char*>(a.allocate(3072 * kib));
-  auto* second = static_cast<char*>(a.allocate(3072 * kib));
-  ASSERT_NE(first, nullptr);
-  ASSERT_NE(second, nullptr);
-  std::memset(first, 0xFF, 3072 * kib);
-  std::memset(second, 0xFF, 3072 * kib);
-  a.free(second);
-  a.free(first);
-  kept = first;
-  cached = second;
-}
-
 std::uintptr_t segment_of(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) & ~((std::uintptr_t{4} << 20) - 1);
 }
@@ -1314,7 +1306,7 @@ TEST_F(general_allocator_test, an_empty_segment_too_big_for_a_blocks_room_waits_
   std::memset(big, 0xFF, 5120 * kib);
   void* kept = nullptr;
   void* cached = nullptr;
-  make_an_empty_segment(a, kept, cached);
+  make_an_empty_segment(a, 3072 * kib, kept, cached);
   a.free(big);
   const auto before = a.statistics();
   ASSERT_GE(before.retained_bytes, 11264 * kib);
@@ -1358,7 +1350,7 @@ TEST_F(general_allocator_test, a_failed_move_of_an_empty_segments_pages_leaves_t
     std::memset(donor, 0xFF, 3700 * kib);
     void* kept = nullptr;
     void* cached = nullptr;
-    make_an_empty_segment(a, kept, cached);
+    make_an_empty_segment(a, 3072 * kib, kept, cached);
     a.free(donor);
     // The empty segment's page area moves first; when that fails (the donor's move would not),
     // the block is built afresh and the donor gave nothing.
@@ -1393,7 +1385,7 @@ TEST_F(general_allocator_test, a_segment_of_spans_takes_a_cached_blocks_pages_be
   ASSERT_NE(trigger, nullptr);
   void* kept = nullptr;
   void* cached = nullptr;
-  make_an_empty_segment(a, kept, cached);
+  make_an_empty_segment(a, 3072 * kib, kept, cached);
   general_allocator::options none = long_cache();
   none.retained_limit = 0;
   a.configure(none);
@@ -1443,7 +1435,7 @@ TEST_F(general_allocator_test, a_large_block_keeps_the_whole_page_area_of_an_emp
   const std::size_t kib = 1024;
   for (bool failing : {false, true}) {
     general_allocator a(long_cache());
-    ASSERT_TRUE(leave_an_empty_segment_resident(a, 3072 * kib));
+    make_an_empty_segment(a, 3072 * kib);
     if (failing) os::testing::fail_after(os::testing::operation::map, 0);  // the move fails
     // The block needs less than the segment's page area: it takes all of it.
     auto* z = static_cast<unsigned char*>(a.allocate_zeroed(3700 * kib));
