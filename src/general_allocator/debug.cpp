@@ -146,7 +146,8 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     const std::size_t bs = pg->block_size;
     const std::size_t index = block_index(pg, static_cast<std::size_t>(static_cast<char*>(p) - pg->start));
     debug_record* r = record_at(pg, index);
-    // The first word holds the free-list link; the rest must still be the fill.
+    // The first word held the free-list link (cleared as the block was handed out); the rest
+    // must still be the fill.
     if (r->state == freed) (void)check_freed_fill(pg, p, sizeof(block));
     r->state = live;
     r->requested = static_cast<std::uint32_t>(size);

@@ -563,10 +563,16 @@ inline void queue_remove(page_queue& q, page* pg) noexcept {
 }
 
 // Hands out the first free block of `pg`, a page whose free list is not empty: the step every
-// allocation path ends with.
+// allocation path ends with. The block's link is cleared: left there, the address of the next
+// free block stays in every byte the program does not write (a buffer not filled yet, a
+// structure's padding, or the rest of a word whose low bytes it writes), and a leak scan, which
+// reads live blocks whole, takes it, or that word, for a pointer, so a block lost later is found
+// reachable (glibc clears its tcache key and masks its links, mimalloc's secure mode clears the
+// link, sanitizer allocators keep their free lists outside the blocks).
 inline block* pop_free_block(page* pg) noexcept {
   block* b = pg->free;
   pg->free = b->next;
+  b->next = nullptr;
   pg->used.increment();
   bump(pg->allocated);
   return b;
