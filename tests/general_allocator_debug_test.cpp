@@ -427,6 +427,43 @@ TEST(general_allocator_debug, leak_report_finds_no_pointer_in_the_unwritten_byte
   });
 }
 
+// Blocks of another instance that point into a debug instance: `held` stays in a live block of
+// `other`; two are lost, their last addresses left in blocks of `other` freed since, one freed by
+// this thread, one by another thread.
+void* volatile other_live = nullptr;  // a root: the data segment
+[[gnu::noinline]] void hold_one_and_lose_two_in_freed_blocks(general_allocator& a, general_allocator& other) {
+  auto** live = static_cast<void**>(other.allocate(64));
+  auto** freed_here = static_cast<void**>(other.allocate(64));
+  auto** freed_there = static_cast<void**>(other.allocate(64));
+  for (void** b : {live, freed_here, freed_there}) std::memset(static_cast<void*>(b), 0, 64);
+  live[1] = make_node(a, nullptr);  // (not in the first word: a free list's link goes there)
+  freed_here[1] = make_node(a, nullptr);
+  freed_there[1] = make_node(a, nullptr);
+  other_live = live;
+  other.free(freed_here);
+  std::thread([&] { other.free(freed_there); }).join();
+}
+
+// A block freed in another instance holds its old contents, but is no root (as LeakSanitizer and
+// memcheck never read freed blocks); a live one is.
+TEST(general_allocator_debug, leak_report_reads_the_live_blocks_of_another_instance_not_the_freed_ones) {
+  in_fresh_process([] {
+  general_allocator other;
+  general_allocator::leak_summary summary;
+  const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
+    hold_one_and_lose_two_in_freed_blocks(a, other);
+    scrub_dead_frames();
+    (void)a.report_leaks(a.current_options().report_fd, summary);
+    auto** live = static_cast<void**>(other_live);
+    other_live = nullptr;
+    a.free(live[1]);
+    other.free(live);
+  });
+  EXPECT_EQ(summary.definitely_lost_blocks, 2u) << text;
+  EXPECT_EQ(summary.reachable_blocks, 1u) << text;
+  });
+}
+
 TEST(general_allocator_debug, a_correct_program_gets_no_leak_report_at_all) {
   in_fresh_process([] {
   std::size_t lost = 99;

@@ -6,8 +6,10 @@
 // itself), except the memory of memkit's allocators; the calling thread's stack only above the
 // report's own frame (below it lie dead frames and the scan's own variables) plus its registers;
 // and the blocks this allocator handed out before debug mode was switched on (no records, so no
-// way to tell whether they are reachable: they count as roots). Then transitively every reachable
-// block, over its requested bytes; a pointer anywhere inside a block counts as reaching it.
+// way to tell whether they are reachable: they count as roots), as do the blocks of other
+// instances; of both, only those that may be live (scan_untracked_page()). Then transitively
+// every reachable block, over its requested bytes; a pointer anywhere inside a block counts as
+// reaching it.
 //
 // Classes (memcheck's): a live block no root reaches is lost. Lost blocks are grouped in cliques:
 // walking the lost blocks in address order, each one not yet reached is a clique leader,
@@ -270,6 +272,11 @@ class leak_scanner {
   void scan_root_range(std::uintptr_t begin, std::uintptr_t end) noexcept;
   void scan_resident(std::uintptr_t begin, std::uintptr_t end) noexcept;
   void scan_other_instance(const segment* s) noexcept;
+  // The most blocks of a page scan_untracked_page() tells free from live (an 8-byte class in a
+  // 64 KiB page); a page of more is read whole.
+  static constexpr std::size_t max_untracked_blocks = 8192;
+  void scan_untracked_page(const segment* s, const page& pg) noexcept;
+  static bool free_blocks_of(const page& pg, std::uint64_t* bits) noexcept;
   void exclude(std::uintptr_t begin, std::uintptr_t end) noexcept;
 
   general_allocator::impl* im_;
@@ -878,7 +885,8 @@ void leak_scanner::exclude(std::uintptr_t begin, std::uintptr_t end) noexcept {
 }
 
 // Blocks of another general_allocator instance (a private one, or the global one seen from a
-// private one) may point into this one: their in-use pages are roots, conservatively.
+// private one) may point into this one: the blocks of their in-use pages that may be live are
+// roots (scan_untracked_page()).
 void leak_scanner::scan_other_instance(const segment* s) noexcept {
   if (s->kind == segment_kind::huge) {
     if (s->huge_live) {
@@ -890,9 +898,65 @@ void leak_scanner::scan_other_instance(const segment* s) noexcept {
   for (unsigned i = 0; i < s->page_count; ++i) {
     const page& pg = s->pages[i];
     if (!pg.in_use || pg.used == 0) continue;
-    const auto* start = reinterpret_cast<const unsigned char*>(pg.start);
-    scan(start, start + static_cast<std::size_t>(pg.capacity) * pg.block_size);
+    scan_untracked_page(s, pg);
   }
+}
+
+// The blocks of a page this scan has no marks for (another instance's, or this one's from before
+// debug mode) are roots, but a freed block is not: it holds what its last owner left there, old
+// pointers among it (LeakSanitizer and memcheck never read freed blocks). Which blocks are free is
+// known without a race only in the calling thread's pages: no other thread takes blocks from their
+// free list while this thread reports, and only this thread collects their frees from other
+// threads (a list others only push onto, so the blocks on it now stay free). There the blocks on
+// both lists, and in a debug page those whose record is not live (blocks in the quarantine), are
+// skipped. Another thread's page, or one whose lists do not look sound, is read whole: a block
+// taken from its list while the scan runs may hold a pointer already.
+void leak_scanner::scan_untracked_page(const segment* s, const page& pg) noexcept {
+  const auto* start = reinterpret_cast<const unsigned char*>(pg.start);
+  const std::size_t bs = pg.block_size;
+  const std::size_t n = pg.capacity;
+  std::uint64_t free_bits[max_untracked_blocks / 64];
+  if (n > max_untracked_blocks || bs == 0 || !is_current_thread(s->thread_id.load(std::memory_order_relaxed)) ||
+      !free_blocks_of(pg, free_bits)) {
+    scan(start, start + n * bs);
+    return;
+  }
+  const auto is_free = [&](std::size_t b) { return ((free_bits[b >> 6] >> (b & 63)) & 1) != 0; };
+  for (std::size_t b = 0; b < n;) {
+    while (b < n && is_free(b)) ++b;
+    std::size_t e = b;
+    while (e < n && !is_free(e)) ++e;
+    if (e > b) scan(start + b * bs, start + e * bs);  // a run of blocks that may be live, at once
+    b = e;
+  }
+}
+
+// Sets the bit of each free block of `pg` (a page of the calling thread) in `bits`. False when a
+// list leaves the page's blocks, lands between two, or is longer than the page.
+bool leak_scanner::free_blocks_of(const page& pg, std::uint64_t* bits) noexcept {
+  const std::size_t n = pg.capacity;
+  const std::size_t bs = pg.block_size;
+  const auto first = reinterpret_cast<std::uintptr_t>(pg.start);
+  std::memset(bits, 0, (n + 63) / 64 * sizeof(std::uint64_t));
+  std::size_t count = 0;
+  const auto take = [&](const block* list) {
+    for (const block* b = list; b != nullptr; b = b->next) {
+      const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(b);
+      if (at < first || (at - first) % bs != 0) return false;
+      const std::size_t index = (at - first) / bs;
+      if (index >= n || ((bits[index >> 6] >> (index & 63)) & 1) != 0 || ++count > n) return false;
+      bits[index >> 6] |= std::uint64_t{1} << (index & 63);
+    }
+    return true;
+  };
+  if (!take(pg.free)) return false;
+  if (!take(reinterpret_cast<const block*>(pg.thread_free.load(std::memory_order_acquire) & ~tf_state_mask))) return false;
+  if (pg.debug && pg.records != nullptr) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (record_of(&pg, i)->state != live) bits[i >> 6] |= std::uint64_t{1} << (i & 63);
+    }
+  }
+  return true;
 }
 
 // A root mapping, minus memkit's own memory: segments (found by the segment map, a 4 MiB chunk at
@@ -1084,8 +1148,7 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
       for (unsigned i = 0; i < s->page_count; ++i) {
         const page& pg = s->pages[i];
         if (!pg.in_use || pg.debug || pg.used == 0) continue;
-        const auto* start = reinterpret_cast<const unsigned char*>(pg.start);
-        scan(start, start + static_cast<std::size_t>(pg.capacity) * pg.block_size);
+        scan_untracked_page(s, pg);
         drain();
       }
     }
