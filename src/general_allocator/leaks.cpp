@@ -310,7 +310,13 @@ class leak_scanner {
   // level 0 a bit per mark, each level above a bit per word of the one below (any bit set there),
   // so that the next pending mark at or after a position costs a few word loads however sparse the
   // set is. A pass that leaves blocks to the next has scanned `stack_limit` from the stack, so
-  // there are at most live / stack_limit + 1 passes.
+  // there are at most live / stack_limit + 1 passes. (Tried on a heap reached through its blocks
+  // from one root, 0.125 GiB of small blocks, 2.5-3.0 CPU s per GiB against these passes' 1.5: a
+  // queue instead of the passes, every block reached behind the sweep taken first in first out,
+  // its first line asked for 32 blocks ahead, or read with plain loads 16 at a time. Reads in the
+  // order pointers reach the blocks stay a miss each whatever asks for them early; the passes
+  // read in address order. A cursor asking for the pending blocks' lines 16 ahead of a pass gained
+  // 2-3%, within the spread.)
   static constexpr std::size_t stack_limit = 1024;
   std::size_t stacked_ = 0;  // blocks this pass put on the stack
   bool passes_ = false;      // in pending_pass(): blocks reached ahead need a pending bit too
@@ -686,7 +692,9 @@ void leak_scanner::reach(const unsigned char* start, std::size_t size, std::uint
 // The lookup of words that lie in [lo_, hi_): no search, no division, no hash, only loads from
 // tables a few hundred KiB per GiB of heap, and the reached bit. The tables fit the cache, so each
 // word is looked up to the end in one pass (a pass that only computed the bits' addresses and
-// prefetched them, then a second that tested them, measured 12-15% slower). A block reached before,
+// prefetched them, then a second that tested them, measured 12-15% slower; so did, on a heap
+// reached through its blocks, lookups without a branch on the page's full bit or the reached bit,
+// the word sent to an entry and a bit always set instead, by 3-25%). A block reached before,
 // the common case, costs the bit test; one reached now is marked at once and queued only when
 // phase 1's sweep has passed it.
 void leak_scanner::visit(const std::uintptr_t* words, std::size_t n) noexcept {
