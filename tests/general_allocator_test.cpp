@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -271,8 +272,9 @@ TEST_F(general_allocator_test, freed_large_blocks_give_their_resident_pages_to_n
   }
   for (void* p : freed) a.free(p);
   const auto before = a.statistics();
-  // No cached reservation holds 10 MiB: the new block gets a fresh one, filled with the freed
-  // blocks' pages (on Linux), so the resident estimate does not grow by another 10 MiB.
+  // The cached block that reuses its reservation for the 10 MiB one, or a fresh one, is filled with
+  // the other freed blocks' pages (on Linux), so the resident estimate does not grow by another
+  // 10 MiB.
   auto* z = static_cast<unsigned char*>(a.allocate_zeroed(10 * mib));
   ASSERT_NE(z, nullptr);
   for (std::size_t i = 0; i < 10 * mib; ++i) ASSERT_EQ(z[i], 0) << i;  // dirty pages were zeroed
@@ -387,6 +389,89 @@ TEST_F(general_allocator_test, a_freed_large_block_serves_blocks_of_the_size_cla
   expect_everything_returned(a);
 }
 
+// A freed large block serves a later, larger one in its own reservation: no new mapping, and the
+// pages it had stay where they are.
+TEST_F(general_allocator_test, a_cached_large_block_serves_a_larger_one_in_place) {
+  general_allocator a(long_cache());
+  const std::size_t mib = std::size_t{1} << 20;
+  auto* small = static_cast<char*>(a.allocate(4 * mib));
+  ASSERT_NE(small, nullptr);
+  std::memset(small, 0xFF, 4 * mib);
+  a.free(small);
+  const auto before = a.statistics();
+  for (std::size_t size : {8 * mib, 16 * mib}) {
+    auto* larger = static_cast<char*>(a.allocate_zeroed(size));
+    ASSERT_NE(larger, nullptr) << size;
+    EXPECT_EQ(larger, small) << size;
+    EXPECT_EQ(a.statistics().mapped_bytes, before.mapped_bytes) << size;
+    for (std::size_t i = 0; i < size; i += 4096) ASSERT_EQ(larger[i], 0) << size << " " << i;
+    fill(larger, size, 7);
+    EXPECT_TRUE(check(larger, size, 7));
+    a.free(larger);
+  }
+  EXPECT_EQ(a.statistics().huge_live_bytes, 0u);
+}
+
+// Of two cached blocks that both hold a new block's pages, the one with fewer to spare serves it,
+// so the other still serves a larger block without faulting or moving pages in.
+TEST_F(general_allocator_test, a_new_large_block_takes_the_cached_block_whose_pages_fit_it_best) {
+  general_allocator a(long_cache());
+  const std::size_t mib = std::size_t{1} << 20;
+  auto* eight = static_cast<char*>(a.allocate(8 * mib));
+  auto* four = static_cast<char*>(a.allocate(4 * mib));
+  ASSERT_NE(eight, nullptr);
+  ASSERT_NE(four, nullptr);
+  std::memset(eight, 0xFF, 8 * mib);
+  std::memset(four, 0xFF, 4 * mib);
+  a.free(four);
+  a.free(eight);
+  const std::size_t resident = a.statistics().resident_bytes;
+  auto* p = static_cast<char*>(a.allocate(4 * mib));
+  auto* q = static_cast<char*>(a.allocate(8 * mib));
+  EXPECT_EQ(p, four);
+  EXPECT_EQ(q, eight);
+  EXPECT_EQ(a.statistics().resident_bytes, resident);  // nothing faulted in
+  fill(p, 4 * mib, 1);
+  fill(q, 8 * mib, 2);
+  EXPECT_TRUE(check(p, 4 * mib, 1));
+  EXPECT_TRUE(check(q, 8 * mib, 2));
+  a.free(p);
+  a.free(q);
+}
+
+// Freed large blocks stay cached while their resident pages fit in retained_limit (not half of
+// it): the limit bounds what sits empty, and refaulting them costs more than keeping them.
+TEST_F(general_allocator_test, freed_large_blocks_stay_cached_up_to_the_retained_limit) {
+  general_allocator::options o = long_cache();
+  o.retained_limit = std::size_t{16} << 20;
+  general_allocator a(o);
+  const std::size_t mib = std::size_t{1} << 20;
+  std::vector<char*> blocks;
+  for (int i = 0; i < 3; ++i) {
+    auto* p = static_cast<char*>(a.allocate(4 * mib));
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0xFF, 4 * mib);
+    blocks.push_back(p);
+  }
+  const auto live = a.statistics();
+  for (char* p : blocks) a.free(p);
+  const auto freed = a.statistics();
+  EXPECT_EQ(freed.mapped_bytes, live.mapped_bytes);  // all three cached, none unmapped
+  EXPECT_EQ(freed.resident_bytes, live.resident_bytes);
+  // Each serves a block again in place.
+  std::vector<char*> again;
+  for (int i = 0; i < 3; ++i) {
+    auto* p = static_cast<char*>(a.allocate(4 * mib));
+    ASSERT_NE(p, nullptr);
+    EXPECT_NE(std::find(blocks.begin(), blocks.end(), p), blocks.end()) << i;
+    again.push_back(p);
+  }
+  EXPECT_EQ(a.statistics().mapped_bytes, live.mapped_bytes);
+  for (char* p : again) a.free(p);
+  a.purge();  // and purge() gives them back
+  EXPECT_LT(a.statistics().mapped_bytes, live.mapped_bytes);
+}
+
 TEST_F(general_allocator_test, a_cached_large_block_that_cannot_be_committed_stays_cached) {
   general_allocator a(long_cache());
   const std::size_t kib = 1024;
@@ -433,8 +518,9 @@ TEST_F(general_allocator_test, an_empty_segment_gives_its_resident_pages_to_a_ne
 #endif
     } else {
       // The segment that failed to move is unmapped (its pages were due for the purge), so that
-      // it cannot fail again; blocks of a size class get segments as before.
-      EXPECT_LE(after.mapped_bytes + 4 * mib, before.mapped_bytes + (16 * mib));
+      // it cannot fail again: its pages no longer count as retained (the block's are fresh). Blocks
+      // of a size class get segments as before.
+      EXPECT_LT(after.retained_bytes, before.retained_bytes);
       auto* again = static_cast<char*>(a.allocate(3 * mib));
       auto* more = static_cast<char*>(a.allocate(3 * mib));
       ASSERT_NE(again, nullptr);
@@ -1299,25 +1385,25 @@ std::uintptr_t segment_of(const void* p) {
 TEST_F(general_allocator_test, an_empty_segment_too_big_for_a_blocks_room_waits_for_a_span_segment) {
   const std::size_t kib = 1024;
   general_allocator a(long_cache());
-  // A cached large block with 8 MiB of address space, 5 MiB of it resident, and an empty segment
+  // A cached large block with 32 MiB of address space, 29 MiB of it resident, and an empty segment
   // whose 3 MiB wait for the purge, resident.
-  auto* big = static_cast<char*>(a.allocate(5120 * kib));
+  auto* big = static_cast<char*>(a.allocate(29696 * kib));
   ASSERT_NE(big, nullptr);
-  std::memset(big, 0xFF, 5120 * kib);
+  std::memset(big, 0xFF, 29696 * kib);
   void* kept = nullptr;
   void* cached = nullptr;
   make_an_empty_segment(a, 3072 * kib, kept, cached);
   a.free(big);
   const auto before = a.statistics();
-  ASSERT_GE(before.retained_bytes, 11264 * kib);
+  ASSERT_GE(before.retained_bytes, 35840 * kib);
   // The block reuses the cached one; the empty segment's page area does not fit in what is left of
   // its reservation, so it stays whole (a part moved would unmap the rest) and the block's last
   // pages are new.
-  auto* z = static_cast<unsigned char*>(a.allocate_zeroed(7680 * kib));
+  auto* z = static_cast<unsigned char*>(a.allocate_zeroed(32000 * kib));
   ASSERT_NE(z, nullptr);
   EXPECT_EQ(segment_of(z), segment_of(big));
-  for (std::size_t i = 0; i < 7680 * kib; i += 64) ASSERT_EQ(z[i], 0) << i;
-  fill(z, 7680 * kib, 11);
+  for (std::size_t i = 0; i < 32000 * kib; i += 64) ASSERT_EQ(z[i], 0) << i;
+  fill(z, 32000 * kib, 11);
   const auto after = a.statistics();
   EXPECT_GE(after.retained_bytes, 6144 * kib);  // both segments, still resident
   // Two blocks of a size class take the two segments: their pages are there.
@@ -1330,7 +1416,7 @@ TEST_F(general_allocator_test, an_empty_segment_too_big_for_a_blocks_room_waits_
   EXPECT_LE(a.statistics().resident_bytes, after.resident_bytes + 64 * kib);
   fill(p, 3072 * kib, 12);
   fill(q, 3072 * kib, 13);
-  EXPECT_TRUE(check(z, 7680 * kib, 11));
+  EXPECT_TRUE(check(z, 32000 * kib, 11));
   EXPECT_TRUE(check(p, 3072 * kib, 12));
   EXPECT_TRUE(check(q, 3072 * kib, 13));
   a.free(p);
@@ -1343,8 +1429,8 @@ TEST_F(general_allocator_test, a_failed_move_of_an_empty_segments_pages_leaves_t
   const std::size_t kib = 1024;
   for (bool failing : {false, true}) {
     general_allocator a(long_cache());
-    // A cached block too small to be reused whole (it gives its pages) and an empty segment, both
-    // written.
+    // A cached block too small to be reused whole (it gives its pages: the new block needs more
+    // than the 32 MiB it reserves) and an empty segment, both written.
     auto* donor = static_cast<char*>(a.allocate(3700 * kib));
     ASSERT_NE(donor, nullptr);
     std::memset(donor, 0xFF, 3700 * kib);
@@ -1355,11 +1441,11 @@ TEST_F(general_allocator_test, a_failed_move_of_an_empty_segments_pages_leaves_t
     // The empty segment's page area moves first; when that fails (the donor's move would not),
     // the block is built afresh and the donor gave nothing.
     if (failing) os::testing::inject_failure(os::testing::operation::map, 1);
-    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(7680 * kib));
+    auto* z = static_cast<unsigned char*>(a.allocate_zeroed(33792 * kib));
     os::testing::clear_injected_failures();
     ASSERT_NE(z, nullptr) << failing;
-    for (std::size_t i = 0; i < 7680 * kib; i += 64) ASSERT_EQ(z[i], 0) << failing << " " << i;
-    fill(z, 7680 * kib, 13);
+    for (std::size_t i = 0; i < 33792 * kib; i += 64) ASSERT_EQ(z[i], 0) << failing << " " << i;
+    fill(z, 33792 * kib, 13);
     if (failing) {
       // The donor is still cached and whole (its pages and the free slices of the heap's segment
       // wait for their purge): a block of its size reuses it in place.
@@ -1370,7 +1456,7 @@ TEST_F(general_allocator_test, a_failed_move_of_an_empty_segments_pages_leaves_t
       EXPECT_TRUE(check(again, 3700 * kib, 14));
       a.free(again);
     }
-    EXPECT_TRUE(check(z, 7680 * kib, 13));
+    EXPECT_TRUE(check(z, 33792 * kib, 13));
     a.free(z);
     expect_everything_returned(a);
   }
@@ -1571,7 +1657,7 @@ TEST_F(general_allocator_test, a_failed_move_leaves_the_address_space_its_pieces
   memkit::gpa::testing::before_moving_last_piece = fail_the_last_piece;
   memkit::gpa::testing::after_moving_pieces_back = map_in_the_hole;
   os::testing::inject_failure(os::testing::operation::map, 1);  // no growth in place: it moves
-  auto* r = static_cast<unsigned char*>(a.reallocate_unsized(q, 30 * mib));
+  auto* r = static_cast<unsigned char*>(a.reallocate_unsized(q, 40 * mib));  // beyond its 32 MiB
   memkit::gpa::testing::before_moving_last_piece = nullptr;
   memkit::gpa::testing::after_moving_pieces_back = nullptr;
   os::testing::clear_injected_failures();
@@ -1585,8 +1671,8 @@ TEST_F(general_allocator_test, a_failed_move_leaves_the_address_space_its_pieces
     EXPECT_EQ(static_cast<unsigned char*>(mapped_in_the_hole)[4095], 0x5A);
   }
   ::munmap(mapped_in_the_hole, 4096);
-  fill(r, 30 * mib, 4);
-  EXPECT_TRUE(check(r, 30 * mib, 4));
+  fill(r, 40 * mib, 4);
+  EXPECT_TRUE(check(r, 40 * mib, 4));
   a.free(r);
   EXPECT_EQ(a.statistics().huge_live_bytes, 0u);
 #endif

@@ -12,6 +12,7 @@
 #endif
 
 #include <cerrno>
+#include <cstdint>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -221,6 +222,22 @@ TEST_F(os_test, commit_fails_cleanly_under_an_address_space_limit) {
       },
       ::testing::ExitedWithCode(0), "");
 }
+
+TEST_F(os_test, the_address_space_limit_is_read_as_it_is_now) {
+  EXPECT_EXIT(
+      {
+        rlimit limit;
+        if (getrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+        if (limit.rlim_cur == RLIM_INFINITY && os::address_space_limit() != SIZE_MAX) _exit(1);
+        limit.rlim_cur = std::size_t{3} << 30;  // the soft limit, below any hard one
+        if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < limit.rlim_cur) limit.rlim_cur = limit.rlim_max;
+        if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+        _exit(os::address_space_limit() == limit.rlim_cur ? 0 : 2);  // not a stale value
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+#else
+TEST_F(os_test, windows_has_no_address_space_limit) { EXPECT_EQ(os::address_space_limit(), SIZE_MAX); }
 #endif
 
 TEST_F(os_test, map_extend_and_remap_keep_contents) {

@@ -69,6 +69,10 @@ std::size_t reservation_granularity() noexcept;
 // Size of a transparent huge page (2 MiB on x86-64 Linux), or 0 where the system has none.
 std::size_t huge_page_size() noexcept;
 
+// The process's limit on its address space (RLIMIT_AS on POSIX), or SIZE_MAX when it has none.
+// Read afresh on each call (one system call), since the program may change it.
+std::size_t address_space_limit() noexcept;
+
 // Reserves `bytes` (a multiple of page_size()) of address space: no access, no physical memory,
 // no commit charge. Fails with ENOMEM when the address space or the mapping count runs out.
 result<void*> reserve(std::size_t bytes) noexcept;

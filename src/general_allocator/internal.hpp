@@ -5,8 +5,8 @@
 //   segment  4 MiB of address space reserved at a 4 MiB-aligned address. Its first 64 KiB hold the
 //            segment header and the page descriptors, so any pointer into the segment finds them
 //            by masking. A segment belongs to one thread heap. A huge block (above 3.5 MiB, or
-//            aligned to more than 64 KiB) gets a segment of its own, of the huge kind, sized to fit
-//            (large.cpp).
+//            aligned to more than 64 KiB) gets a segment of its own, of the huge kind, reserving at
+//            least 32 MiB of address space so that it can serve larger blocks once freed (large.cpp).
 //   page     a run of the segment (64 KiB small, 512 KiB medium) cut into blocks of one size
 //            class; it keeps its free blocks in an intrusive list. Large classes (64 KiB-3.5 MiB)
 //            take a *span* of whole 64 KiB slices of a large-kind segment, one block per span;

@@ -9,12 +9,14 @@
 // huge_move() moves the block's page tables to a new, larger reservation with mremap: no byte is
 // copied, and a failure leaves the block where it was. Shrinking decommits the tail.
 //
-// Freed blocks are cached and returned to the OS after the purge delay. A new block reuses the
-// best-fitting cached one, and where that (or a fresh reservation) has fewer resident pages than
-// the new block needs, other cached blocks give theirs: os::move_pages moves their page-table
-// entries into the new block. Pages that are already resident are handed on instead of being
-// faulted in again (a fault costs far more than moving an entry), which is what an allocator that
-// splits and coalesces spans inside big segments (mimalloc, jemalloc) gets from reuse.
+// Every block reserves at least min_block_reservation, so a cached block can serve a larger one
+// in place. Freed blocks are cached and returned to the OS after the purge delay. A new block
+// reuses the cached one whose resident pages fit it best (better_reuse), and where that (or a
+// fresh reservation) has fewer resident pages than the new block needs, other cached blocks give
+// theirs: os::move_pages moves their page-table entries into the new block. Pages that are
+// already resident are handed on instead of being faulted in again (a fault costs far more than
+// moving an entry), which is what an allocator that splits and coalesces spans inside big
+// segments (mimalloc, jemalloc) gets from reuse.
 //
 // Resident memory also flows between these blocks and the spans of smaller ones: a new span
 // segment is cut from a cached block (segment_from_cached_huge), and a block short of pages takes
@@ -46,6 +48,16 @@ using namespace gpa;
 namespace {
 
 constexpr std::size_t max_cached_huge = 16;
+
+// A large block reserves at least this much address space (from its header on; only its bytes are
+// committed), mimalloc's segment size: a cached block then serves any later block up to about
+// this size in place, also after span segments were cut from its front
+// (segment_from_cached_huge), instead of a fresh reservation that fills up by moving pages in.
+// With it, the best-fit choice (better_reuse) and the cache bound of huge_free, the `large`
+// workload (64 KiB-8 MiB) at 4 times the quick scale made 38 mremap and 72 munmap calls instead of
+// 323 and 234; 16 MiB left 86 and 115, 64 MiB did as 32 (docs/general_allocator.md). Not under an
+// address-space limit (roomy).
+constexpr std::size_t min_block_reservation = std::size_t{32} << 20;
 
 // Fewer missing bytes than this are faulted in rather than moved from other blocks (a move is a
 // system call and splits the mappings).
@@ -101,8 +113,26 @@ std::size_t header_bytes_for(std::size_t alignment) noexcept {
   return detail::align_up(header, alignment > page_bytes ? alignment : page_bytes);
 }
 
+// The reservation of a new block that needs `wanted` bytes: at least min_block_reservation, unless
+// the process's address space is limited (RLIMIT_AS): there, room that live blocks do not use is
+// address space the program cannot have (live blocks do not give it back at the limit, as cached
+// ones do), and how much of the limit is left is not known without reading the process's maps.
+std::size_t roomy(std::size_t wanted) noexcept {
+  if (wanted >= min_block_reservation || os::address_space_limit() != SIZE_MAX) return wanted;
+  return min_block_reservation;
+}
+
 // Resident bytes of a huge segment (the weight of a cached block against the retained limit).
 std::size_t touched_of(const segment* s) noexcept { return s->pages[0].touched_bytes; }
+
+// Whether a cached block with `resident` bytes resident (from its header on) serves a block of
+// `total` bytes better than one with `other`: one that covers it beats one that does not; of two
+// that cover it, the one with fewer to spare (the larger stays for a larger block); of two that do
+// not, the one with more (fewer pages to fault or move in).
+bool better_reuse(std::size_t resident, std::size_t other, std::size_t total) noexcept {
+  if (resident >= total) return other < total || resident < other;
+  return other < total && resident > other;
+}
 
 // What holds for a large block between steps (checked in debug and test builds): its resident
 // prefix lies in its read-write part, which lies in its reservation, and the mapping boundaries
@@ -408,18 +438,17 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
   segment* donors = nullptr;
   if (alignment <= segment_size && huge_cached_count.load(std::memory_order_relaxed) != 0) {
     lock_guard guard(lock);
-    // Best fit among the cached blocks (at most max_cached_huge of them); among equals, the one
-    // with the most resident pages. A growing block takes only one with its room to grow (the
-    // others still give it their pages).
+    // Among the cached blocks whose reservation fits (at most max_cached_huge of them), the one
+    // whose resident pages cover the block with the fewest to spare, else the one with the most
+    // resident pages: reservations are mostly min_block_reservation, so what tells blocks apart
+    // is the pages they would otherwise fault in or move in. A growing block takes only one with
+    // its room to grow (the others still give it their pages).
     const std::size_t fits = reserve_hint > size ? wanted : total;
     segment** best = nullptr;
     for (segment** link = &huge_cached; *link != nullptr; link = &(*link)->next) {
       const segment* c = *link;
       if (c->reserved_bytes < fits) continue;
-      if (best == nullptr || c->reserved_bytes < (*best)->reserved_bytes ||
-          (c->reserved_bytes == (*best)->reserved_bytes && touched_of(c) > touched_of(*best))) {
-        best = link;
-      }
+      if (best == nullptr || better_reuse(touched_of(c), touched_of(*best), total)) best = link;
     }
     if (best != nullptr) s = cache_take(*this, best);
     // Donors for the pages the block lacks.
@@ -459,7 +488,7 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
       committed = s->huge_committed = target;
     }
   } else {
-    s = reserve_huge(*this, wanted, total, alignment, reserved);
+    s = reserve_huge(*this, roomy(wanted), total, alignment, reserved);
     touched = 0;
     committed = total;
     if (s == nullptr) {
@@ -476,7 +505,7 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
       const std::size_t mapped_before = mapped_bytes.load(std::memory_order_relaxed);
       self->purge();
       if (mapped_bytes.load(std::memory_order_relaxed) < mapped_before) {
-        s = reserve_huge(*this, wanted, total, alignment, reserved);
+        s = reserve_huge(*this, roomy(wanted), total, alignment, reserved);
       }
       if (s == nullptr) return nullptr;
     }
@@ -488,7 +517,7 @@ void* general_allocator::impl::huge_allocate(std::size_t size, std::size_t align
     release_huge(*this, s, reserved, touched);
     touched = 0;
     splits = split_list();
-    s = reserve_huge(*this, wanted, total, alignment, reserved);
+    s = reserve_huge(*this, roomy(wanted), total, alignment, reserved);
     committed = total;
     if (s == nullptr) return nullptr;
   }
@@ -542,8 +571,11 @@ void general_allocator::impl::huge_free(segment* s) noexcept {
     lock_guard guard(lock);
     live_remove(*this, s);
     s->huge_live = false;
+    // The cache holds up to retained_limit of resident pages, but no block of more than half of
+    // it: one that large would serve much smaller blocks with its surplus resident.
+    const std::size_t limit = self->options_.retained_limit;
     if (cache && huge_cached_count.load(std::memory_order_relaxed) < max_cached_huge &&
-        huge_cached_bytes + touched_of(s) <= self->options_.retained_limit / 2) {
+        touched_of(s) <= limit / 2 && huge_cached_bytes + touched_of(s) <= limit) {
       s->cached_since_ms = now;
       cache_push(*this, s);
       cached_it = true;

@@ -391,7 +391,7 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
     // does it for them, under the lock that keeps a starting thread from adopting one meanwhile.
     for (heap* h = abandoned; h != nullptr; h = h->next_abandoned) purge_heap(h, now, everything);
     // Freed large blocks wait ten delays, like free pages: refaulting megabytes costs more than a
-    // segment's worth of pages, and the cache is bounded by retained_limit / 2.
+    // segment's worth of pages, and the cache is bounded by retained_limit.
     segment** link = &huge_cached;
     while (segment* s = *link) {
       if (everything || over_limit || now - s->cached_since_ms >= 10 * delay) {

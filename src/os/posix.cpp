@@ -114,6 +114,15 @@ std::size_t page_size() noexcept {
 
 std::size_t reservation_granularity() noexcept { return page_size(); }
 
+std::size_t address_space_limit() noexcept {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+      limit.rlim_cur >= static_cast<rlim_t>(SIZE_MAX)) {
+    return SIZE_MAX;
+  }
+  return static_cast<std::size_t>(limit.rlim_cur);
+}
+
 std::size_t huge_page_size() noexcept {
 #if defined(__linux__)
   static const std::size_t size = [] {

@@ -89,6 +89,8 @@ std::size_t reservation_granularity() noexcept {
 
 std::size_t huge_page_size() noexcept { return 0; }
 
+std::size_t address_space_limit() noexcept { return SIZE_MAX; }  // job limits count commit, not addresses
+
 result<void*> reserve(std::size_t bytes) noexcept {
   if (bytes == 0 || !page_aligned(nullptr, bytes)) return result<void*>::failure(invalid_parameter);
   if (int error = detail::injected_failure(operation::reserve)) return result<void*>::failure(error);
