@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -1013,6 +1014,35 @@ TEST_F(general_allocator_test, empty_pages_are_purged_after_the_delay_or_over_th
   void* q = b.allocate(2000);
   EXPECT_LE(b.statistics().retained_bytes, (1u << 20) + (64u << 10));
   b.free(q);
+}
+
+// A heap whose blocks another thread frees in bursts empties whole segments and needs them again a
+// few milliseconds later: an empty segment waits ten purge delays, as a free page does, before its
+// pages go back to the OS (it waited one, and such a program faulted its segments in again and
+// again).
+TEST_F(general_allocator_test, empty_segments_keep_their_pages_for_ten_purge_delays) {
+  general_allocator::options o;
+  o.purge_delay_ms = 100;
+  general_allocator a(o);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 12000; ++i) {  // three segments of 1 KiB blocks
+    void* p = a.allocate(1000);
+    std::memset(p, 1, 1000);
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) a.free(p);
+  const std::size_t retained = a.statistics().retained_bytes;
+  EXPECT_GE(retained, std::size_t{11} << 20);
+  // Past one delay, well before ten: a slow path (a class with no page yet) purges what is due.
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  void* p = a.allocate(2000);
+  EXPECT_GE(a.statistics().retained_bytes + (std::size_t{64} << 10), retained);
+  // Past ten delays everything empty goes back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  void* q = a.allocate(3000);
+  EXPECT_LT(a.statistics().retained_bytes, std::size_t{1} << 20);
+  a.free(p);
+  a.free(q);
 }
 
 TEST_F(general_allocator_test, owns_recognises_its_blocks_only) {

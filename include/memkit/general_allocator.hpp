@@ -76,9 +76,8 @@ class general_allocator final : public allocator {
     // allocations is still caught (first in, first out; 0: reuse at once). Blocks above 3.5 MiB
     // skip it.
     std::size_t quarantine_bytes = std::size_t{256} << 10;
-    // Empty segments of small blocks are returned to the OS once they have been empty for this
-    // long; empty segments of large-class spans, free pages of segments that still hold blocks,
-    // and freed large blocks, after ten times this long.
+    // Empty memory (empty segments, free pages of segments that still hold blocks, freed large
+    // blocks) is returned to the OS once it has been empty for ten times this long.
     std::uint32_t purge_delay_ms = 10;
     // Empty memory kept beyond this many bytes is returned to the OS at once.
     std::size_t retained_limit = std::size_t{64} << 20;
