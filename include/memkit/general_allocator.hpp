@@ -76,8 +76,10 @@ class general_allocator final : public allocator {
     // allocations is still caught (first in, first out; 0: reuse at once). Blocks above 3.5 MiB
     // skip it.
     std::size_t quarantine_bytes = std::size_t{256} << 10;
-    // Empty memory (empty segments, free pages of segments that still hold blocks, freed large
-    // blocks) is returned to the OS once it has been empty for ten times this long.
+    // Free pages of segments that still hold blocks, freed large blocks and empty segments of
+    // large-class spans are returned to the OS once they have been empty for ten times this long;
+    // other empty segments after once this long, up to ten times as the program takes discarded
+    // ones back soon after (it empties and refills them in bursts).
     std::uint32_t purge_delay_ms = 10;
     // Empty memory kept beyond this many bytes is returned to the OS at once.
     std::size_t retained_limit = std::size_t{64} << 20;

@@ -280,8 +280,9 @@ struct segment {
   // splits lies in one mapping, so it can be moved on again.
   std::uint32_t huge_split_count = 0;
   std::size_t huge_splits[max_huge_splits];
-  std::uint64_t cached_since_ms = 0;
+  std::uint64_t cached_since_ms = 0;  // cached segment: when it was cached, or when discarded
   std::size_t dirty_bytes = 0;      // cached segment: touched page bytes not yet discarded
+  bool discarded_when_due = false;  // cached segment: its pages were discarded after its wait
   void* huge_frames[2 * general_allocator::max_stack_frames];
   std::uint8_t huge_alloc_frames = 0;
   std::uint8_t huge_free_frames = 0;
@@ -297,6 +298,13 @@ struct segment_cache {
   segment* dirty_first = nullptr;             // pages awaiting discard, newest first
   segment* dirty_last = nullptr;              // (oldest: the next to be due)
   std::atomic<std::size_t> dirty_count{0};    // segments on the dirty list
+  // Purge delays an empty segment of small or medium pages waits before its pages are discarded
+  // (segments of spans always wait max_wait_delays): doubled when a segment discarded after its
+  // wait is taken back within max_wait_delays (the program empties and refills segments in
+  // bursts, and each discard came back as page faults), one less after each purge pass that
+  // discards one that waited in vain.
+  static constexpr unsigned max_wait_delays = 10;
+  unsigned wait_delays = 1;
 };
 
 struct page_queue {
@@ -420,6 +428,7 @@ struct general_allocator::impl {
   gpa::segment* reserve_segment() noexcept;
   bool give_back_caches() noexcept;
   gpa::segment* acquire_segment(gpa::heap* h, gpa::segment_kind kind) noexcept;
+  gpa::segment* take_clean_segment() noexcept;  // under the lock
   void release_segment(gpa::heap* h, gpa::segment* s) noexcept;
   void purge_heap(gpa::heap* h, std::uint64_t now, bool everything) noexcept;
   void purge_caches(std::uint64_t now, bool everything) noexcept;

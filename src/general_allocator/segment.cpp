@@ -94,6 +94,19 @@ segment* general_allocator::impl::reserve_segment() noexcept {
   return static_cast<segment*>(reserved.value());
 }
 
+// The first segment of the clean cache (under the lock; the cache is not empty). One whose pages
+// were discarded after its wait and are wanted again soon after says that the wait was too short
+// for this program: empty segments wait twice as long from now on (segment_cache::wait_delays).
+segment* general_allocator::impl::take_clean_segment() noexcept {
+  segment* s = empty_segments.clean;
+  empty_segments.clean = s->next;
+  if (s->discarded_when_due &&
+      now_ms() - s->cached_since_ms < gpa::segment_cache::max_wait_delays * std::uint64_t{self->options_.purge_delay_ms}) {
+    empty_segments.wait_delays = std::min(2 * empty_segments.wait_delays, gpa::segment_cache::max_wait_delays);
+  }
+  return s;
+}
+
 segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) noexcept {
   segment* s = nullptr;
   {
@@ -104,8 +117,7 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
       if (empty_segments.dirty_first != nullptr) empty_segments.dirty_first->prev = nullptr;
       else empty_segments.dirty_last = nullptr;
     } else if (empty_segments.clean != nullptr && kind != segment_kind::large) {
-      s = empty_segments.clean;
-      empty_segments.clean = s->next;
+      s = take_clean_segment();
     }
   }
   if (s != nullptr && s->dirty_bytes != 0) {
@@ -122,7 +134,7 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
     s = segment_from_cached_huge(adopted);
     if (s == nullptr) {
       lock_guard guard(lock);
-      if ((s = empty_segments.clean) != nullptr) empty_segments.clean = s->next;
+      if (empty_segments.clean != nullptr) s = take_clean_segment();
     }
   }
   if (s == nullptr) {
@@ -199,9 +211,9 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   s->owner.store(nullptr, std::memory_order_relaxed);
   // Cached, not unmapped: a segment header stays readable for the allocator's lifetime (until
   // purge()), so statistics() and report_leaks() can walk heaps from another thread. Its touched
-  // pages are discarded by purge_caches() once the purge delay has passed (ten for a segment of
-  // spans), not now: discarding costs a TLB shootdown on every core, and a busy program takes the
-  // segment back soon.
+  // pages are discarded by purge_caches() once its wait has passed (segment_cache::wait_delays
+  // purge delays; ten for a segment of spans), not now: discarding costs a TLB shootdown on every
+  // core, and a busy program takes the segment back soon.
   s->dirty_bytes = retained;
   s->cached_since_ms = now_ms();
   lock_guard guard(lock);
@@ -213,6 +225,7 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
     else empty_segments.dirty_last = s;
     empty_segments.dirty_first = s;
   } else {
+    s->discarded_when_due = false;
     s->next = empty_segments.clean;
     empty_segments.clean = s;
   }
@@ -346,7 +359,7 @@ page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug
 
 void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everything) noexcept {
   // A free page in a segment that still holds blocks is likely reused soon, and discarding costs a
-  // TLB shootdown on every core: wait ten purge delays (as empty segments and large blocks do).
+  // TLB shootdown on every core: wait ten purge delays (as freed large blocks do).
   const std::uint64_t delay = std::uint64_t{10} * self->options_.purge_delay_ms;
   const std::size_t limit = self->options_.retained_limit;
   for (unsigned k = 0; k < page_kind_count; ++k) {
@@ -419,17 +432,29 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
       empty_segments.dirty_last = nullptr;
     } else {
       // Oldest first, only those due. They leave the cache while they are discarded (outside the
-      // lock), so no thread can take one back meanwhile. Every empty segment waits ten delays, as
-      // free pages and freed large blocks do: those of spans because their pages serve large
-      // blocks (recycle_dirty_segment in large.cpp), which would otherwise fault the same megabytes
-      // in again; those of small and medium pages because a heap whose blocks are freed in bursts
-      // by another thread (a producer and its consumer) empties several segments at once and
-      // takes them back a few milliseconds later: after one delay, the producer-consumer workload
-      // faulted in 4 MiB segments about 50 times a second (6-10x mimalloc's page faults).
+      // lock), so no thread can take one back meanwhile. Empty segments of spans wait ten delays,
+      // as free pages and freed large blocks do: their pages serve large blocks
+      // (recycle_dirty_segment in large.cpp), which would otherwise fault the same megabytes in
+      // again. Those of small and medium pages wait wait_delays, one delay until the program
+      // shows that it takes discarded segments back (a heap whose blocks another thread frees in
+      // bursts, a producer and its consumer, empties several segments at once and refills them a
+      // few milliseconds later: after one delay, the producer-consumer workload faulted in 4 MiB
+      // segments about 50 times a second, 6-10x mimalloc's page faults; after ten, a program
+      // that empties its segments once holds their pages ten times as long). The walk passes
+      // over those of spans not yet due and stops at the first other one that is not.
+      const std::uint64_t wait = std::uint64_t{empty_segments.wait_delays} * delay;
+      bool waited_in_vain = false;
       segment* s = empty_segments.dirty_last;
       while (s != nullptr) {
         segment* newer = s->prev;
-        if (!over_limit && now - s->cached_since_ms < 10 * delay) break;
+        const bool spans = s->kind == segment_kind::large;
+        if (!over_limit && now - s->cached_since_ms < (spans ? 10 * delay : wait)) {
+          if (!spans) break;
+          s = newer;
+          continue;
+        }
+        s->discarded_when_due = !over_limit && !spans;
+        waited_in_vain = waited_in_vain || s->discarded_when_due;
         if (newer != nullptr) newer->next = s->next;
         else empty_segments.dirty_first = s->next;
         if (s->next != nullptr) s->next->prev = newer;
@@ -438,6 +463,7 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
         to_discard = s;
         s = newer;
       }
+      if (waited_in_vain && empty_segments.wait_delays > 1) --empty_segments.wait_delays;
     }
   }
   if (to_discard != nullptr) {
@@ -448,6 +474,7 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
       retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
       resident_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
       s->dirty_bytes = 0;
+      s->cached_since_ms = now;  // from now on, when it was discarded (take_clean_segment)
       last = s;
     }
     lock_guard guard(lock);
