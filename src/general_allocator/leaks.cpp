@@ -685,7 +685,9 @@ bool leak_scanner::find(std::uintptr_t v, const unsigned char*& start, std::uint
 // word is looked up to the end in one pass (a pass that only computed the bits' addresses and
 // prefetched them, then a second that tested them, measured 12-15% slower; so did, on a heap
 // reached through its blocks, lookups without a branch on the page's full bit or the reached bit,
-// the word sent to an entry and a bit always set instead, by 3-25%). A block reached before,
+// the word sent to an entry and a bit always set instead, by 3-25%; no faster either: words put
+// in buckets by segment and looked up a bucketful at a time, a bit per KiB of a segment in front
+// of the page's, the scan fused with the lookup; see docs/malloc.md). A block reached before,
 // the common case, costs the bit test; one reached now is marked at once and queued only when
 // phase 1's sweep has passed it.
 void leak_scanner::visit(const std::uintptr_t* words, std::size_t n) noexcept {
