@@ -2,7 +2,7 @@
 //
 // A private general_allocator in debug mode holds `--gib` GiB in blocks of `--block` bytes; the
 // program then times report_leaks(), which scans the process's roots and every reachable block.
-// Three heaps, each in the same process one after the other:
+// Several heaps, each in the same process one after the other:
 //   pointers   every word of every block points into another block (the most lookups a scan
 //              can do; all blocks reachable from an array on the C heap)
 //   mixed      one word in eight points into another block, the rest are numbers
@@ -12,6 +12,8 @@
 //              (the few blocks no pointer reaches are lost and reported)
 //   lost       the pointer heap with the root array cleared: every block lost, so the report
 //              also classifies cliques, groups by stack and prints the groups
+//   lostmixed  the mixed heap, every block lost: cliques of many sizes, most of them small
+//   lostdata   the data heap, every block lost: every block a clique of its own
 // Prints seconds per GiB for each, the minimum and maximum of --repeat runs: the thread's CPU time
 // (what the scan costs; a shared machine's wall clock adds the time other processes ran) and
 // the wall clock.
@@ -164,6 +166,8 @@ int main(int argc, char** argv) {
   run("data", data, roots::all);
   run("graph", pointers, roots::first);
   run("lost", pointers, roots::none);
+  run("lostmixed", mixed, roots::none);
+  run("lostdata", data, roots::none);
   for (std::size_t i = 0; i < count; ++i) heap.deallocate(blocks[i], sizes[i]);
   return 0;
 }
