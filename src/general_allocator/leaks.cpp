@@ -65,7 +65,6 @@ void** alloc_frames(debug_record* r) noexcept {
 // in memory; the marks of a whole heap fit in the cache): a block's leak class, or not_live.
 enum leak_mark : std::uint8_t { unmarked = 0, reachable = 1, indirectly_lost = 2, definitely_lost = 3, not_live = 0xff };
 
-
 // Memory for the scan's tables, from the os layer (the scan never calls malloc).
 class scratch {
  public:
@@ -234,8 +233,8 @@ class leak_scanner {
 
  private:
   // Calls visit(start, size, mark, page, index, large) for each live block. Sizes come from
-  // sizes_, so no record is read here: a visitor that needs the allocation stack reads the page's record at `index` (or the
-  // large block's segment, `page` then null).
+  // sizes_, so no record is read here: a visitor that needs the allocation stack reads the page's
+  // record at `index` (or the large block's segment, `page` then null).
   template <class Visit>
   void for_each_live_block(Visit visit) noexcept;
   // The live block `v` points into: its start, its mark, and where its size is (a record, or
