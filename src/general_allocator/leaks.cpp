@@ -35,7 +35,7 @@
 // read in sequence, not a miss per block. Blocks reached behind the sweep are scanned from a stack
 // while they are few; past a bound per pass they wait in a pending set for another pass in address
 // order (a heap reached through its blocks from a few roots is mostly reached behind the sweep).
-// Phase 2 walks each clique with those passes, from its leader (mark_lost()).
+// Phase 2 walks each clique the same way, from its leader (mark_lost()).
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -288,7 +288,7 @@ class leak_scanner {
   std::uint64_t* reached_ = nullptr;
   // Phase 1 scans reached blocks in mark order, which is address order within a page (sweep()):
   // a block newly reached at or past the sweep's position is only marked, the sweep gets to it;
-  // one behind it goes on the stack. Phase 2 walks each clique with the pending passes below.
+  // one behind it goes on the stack. Phase 2 walks each clique the same way from its leader.
   std::size_t finger_ = 0;
   // Blocks reached behind the sweep go on the stack and are scanned at once, depth first, in the
   // order pointers reach them: a cache and a TLB miss each, which is cheap while they are few (a
