@@ -353,6 +353,20 @@ class leak_scanner {
   scratch runs_memory_;
   page_run* runs_ = nullptr;
   std::size_t run_count_ = 0;
+  // The first byte of page block `m` (below page_blocks_); `run`, the index of its page, is kept by
+  // the caller between calls, so that marks taken in ascending order cost one step each.
+  const unsigned char* page_block_start(std::size_t m, std::size_t& run) const noexcept {
+    if (m - runs_[run].mark_base >= runs_[run].capacity) {  // (unsigned: also when m lies below)
+      if (run + 1 < run_count_ && m - runs_[run + 1].mark_base < runs_[run + 1].capacity) {
+        ++run;
+      } else {
+        run = static_cast<std::size_t>(std::upper_bound(runs_, runs_ + run_count_, m,
+                                                        [](std::size_t x, const page_run& r) { return x < r.mark_base; }) -
+                                       runs_) - 1;
+      }
+    }
+    return runs_[run].start + (m - runs_[run].mark_base) * runs_[run].block_size;
+  }
   std::size_t page_blocks_ = 0;  // marks of page blocks; the large blocks' follow
   scratch huge_memory_;
   huge_block* huge_ = nullptr;
@@ -1020,8 +1034,7 @@ void leak_scanner::pending_pass() noexcept {
         requested = lookahead;
         return;
       }
-      while (cursor - runs_[cursor_run].mark_base >= runs_[cursor_run].capacity) ++cursor_run;
-      MEMKIT_PREFETCH(runs_[cursor_run].start + (cursor - runs_[cursor_run].mark_base) * runs_[cursor_run].block_size);
+      MEMKIT_PREFETCH(page_block_start(cursor, cursor_run));
     }
   };
   for (std::size_t m = next_pending(0); m != SIZE_MAX; m = next_pending(m)) {
@@ -1047,18 +1060,8 @@ void leak_scanner::pending_pass() noexcept {
       word &= ~(std::uint64_t{1} << (m & 63));
       finger_ = m + 1;
       marks_[m] = new_mark_;
-      if (m - runs_[run].mark_base >= runs_[run].capacity) {  // (unsigned: also when m lies below)
-        if (run + 1 < run_count_ && m - runs_[run + 1].mark_base < runs_[run + 1].capacity) {
-          ++run;
-        } else {
-          run = static_cast<std::size_t>(std::upper_bound(runs_, runs_ + run_count_, m,
-                                                          [](std::size_t x, const page_run& r) { return x < r.mark_base; }) -
-                                         runs_) - 1;
-        }
-      }
-      const page_run& r = runs_[run];
-      const unsigned char* start = r.start + (m - r.mark_base) * r.block_size;
-      if (r.block_size >= 1024) MEMKIT_PREFETCH(start + 4096);
+      const unsigned char* start = page_block_start(m, run);
+      if (runs_[run].block_size >= 1024) MEMKIT_PREFETCH(start + 4096);
       if (cursor < m) {
         cursor = m;
         cursor_run = run;
@@ -1216,8 +1219,7 @@ void leak_scanner::mark_lost() noexcept {
       const unsigned char* start;
       std::size_t size;
       if (m < page_blocks_) {
-        while (m - runs_[run].mark_base >= runs_[run].capacity) ++run;  // (marks only grow)
-        start = runs_[run].start + (m - runs_[run].mark_base) * runs_[run].block_size;
+        start = page_block_start(m, run);
         size = sizes_[m];
       } else {
         const segment* s = huge_[m - page_blocks_].s;
