@@ -1017,9 +1017,10 @@ TEST_F(general_allocator_test, empty_pages_are_purged_after_the_delay_or_over_th
 }
 
 // A heap whose blocks another thread frees in bursts empties whole segments and needs them again a
-// few milliseconds later: an empty segment waits ten purge delays, as a free page does, before its
-// pages go back to the OS (it waited one, and such a program faulted its segments in again and
-// again).
+// few milliseconds later: once the program takes discarded segments back, empty segments wait
+// longer (up to ten purge delays, as a free page does) before their pages go back to the OS. With
+// a fixed wait of one, such a program faulted its segments in again and again; with a fixed ten, a
+// program that empties its segments once held their pages ten times as long.
 TEST_F(general_allocator_test, empty_segments_wait_longer_once_the_program_takes_discarded_ones_back) {
   general_allocator::options o;
   o.purge_delay_ms = 100;
