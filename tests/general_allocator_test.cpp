@@ -1059,6 +1059,56 @@ TEST_F(general_allocator_test, empty_segments_wait_longer_once_the_program_takes
   a.free(r);
 }
 
+// And shorter again: each purge that discards empty segments after a wait in vain (the program
+// did not take them back) shortens the wait by one delay, down to one. A program that refilled
+// its segments in bursts for a while and then stopped gets their pages back to the OS after one
+// delay again, not ten.
+TEST_F(general_allocator_test, empty_segments_wait_less_again_once_the_program_stops_taking_them_back) {
+  general_allocator::options o;
+  o.purge_delay_ms = 20;
+  general_allocator a(o);
+  const auto wait_tenths_of_a_delay = [](int tenths) { std::this_thread::sleep_for(std::chrono::milliseconds(2 * tenths)); };
+  // A slow path (the first block of a class) purges what is due. These are medium classes, whose
+  // pages come from a segment of their own that a block of another medium class keeps in use: a
+  // probe never takes a segment from the cache (which would count as taking one back).
+  void* anchor = a.allocate(60000);
+  const std::size_t probes[] = {9000, 11000, 13000, 15000, 18000, 22000, 26000, 30000, 36000, 44000, 52000};
+  std::size_t next_probe = 0;
+  const auto purge_what_is_due = [&] { a.free(a.allocate(probes[next_probe++])); };
+  std::vector<void*> blocks;
+  const auto fill_and_empty_three_segments = [&] {
+    blocks.clear();
+    for (int i = 0; i < 12000; ++i) {  // three segments of 1 KiB blocks
+      void* p = a.allocate(1000);
+      std::memset(p, 1, 1000);
+      blocks.push_back(p);
+    }
+    for (void* p : blocks) a.free(p);
+  };
+  // Discarded after one delay, then taken back at once: the wait grows.
+  fill_and_empty_three_segments();
+  wait_tenths_of_a_delay(30);
+  purge_what_is_due();
+  ASSERT_LT(a.statistics().retained_bytes, std::size_t{5} << 20);
+  fill_and_empty_three_segments();
+  wait_tenths_of_a_delay(15);
+  purge_what_is_due();
+  ASSERT_GE(a.statistics().retained_bytes, std::size_t{11} << 20) << "the wait grew past one and a half delays";
+  // Eight times: discarded once due (past ten delays, whatever the wait), and never taken back
+  // (released, so the next fill maps new segments).
+  for (int cycle = 0; cycle < 8; ++cycle) {
+    wait_tenths_of_a_delay(105);
+    purge_what_is_due();
+    EXPECT_LT(a.statistics().retained_bytes, std::size_t{5} << 20) << cycle;
+    a.purge();
+    fill_and_empty_three_segments();
+  }
+  wait_tenths_of_a_delay(25);
+  purge_what_is_due();
+  EXPECT_LT(a.statistics().retained_bytes, std::size_t{5} << 20) << "one delay again";
+  a.free(anchor);
+}
+
 TEST_F(general_allocator_test, owns_recognises_its_blocks_only) {
   general_allocator a;
   general_allocator b;
