@@ -329,6 +329,9 @@ class leak_scanner {
   }
   // The lowest pending mark at or after `m`, or SIZE_MAX.
   std::size_t next_pending(std::size_t m) const noexcept;
+  // Whether any mark is pending: the top level's one word (phase 2 asks once per clique, most of
+  // them a block or two, where next_pending(0) climbed every level to find nothing).
+  bool any_pending() const noexcept { return pending_[levels_ - 1][0] != 0; }
   // A block newly reached in phase 1 (its bit just set): left to the sweep, stacked or pending.
   void reached(std::size_t m, const unsigned char* start, std::size_t size) noexcept {
     if (m >= finger_) {
@@ -988,7 +991,7 @@ void leak_scanner::sweep() noexcept {
   }
   // What the first pass left pending: further passes in mark order, until none is left.
   passes_ = true;
-  while (next_pending(0) != SIZE_MAX) pending_pass();
+  while (any_pending()) pending_pass();
   passes_ = false;
   finger_ = SIZE_MAX;
 }
@@ -1231,7 +1234,7 @@ void leak_scanner::mark_lost() noexcept {
       stacked_ = 0;
       scan(start, start + size);
       drain();
-      while (next_pending(0) != SIZE_MAX) pending_pass();
+      while (any_pending()) pending_pass();
       marks_[m] = definitely_lost;
     }
   }
