@@ -303,6 +303,29 @@ TEST(general_allocator_debug, leak_report_classifies_by_reachability_and_groups_
   });
 }
 
+// Resized in place (memkit::allocator::resize), then lost: the report counts the new size, which
+// the scan reads from the page's table of live sizes, not from the block's record.
+[[gnu::noinline]] void lose_a_block_resized_in_place(general_allocator& a, std::size_t from, std::size_t to) {
+  void* p = a.allocate(from);
+  memkit::allocator& base = a;
+  EXPECT_TRUE(base.resize(p, from, to));
+}
+
+TEST(general_allocator_debug, leak_report_counts_a_block_resized_in_place_at_its_new_size) {
+  in_fresh_process([] {
+  general_allocator::leak_summary summary;
+  const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
+    lose_a_block_resized_in_place(a, 40, 20);  // 40 + 16 of canary: a 64-byte block
+    lose_a_block_resized_in_place(a, 100, 110);
+    (void)a.report_leaks(a.current_options().report_fd, summary);
+  });
+  EXPECT_EQ(summary.definitely_lost_blocks, 2u) << text;
+  EXPECT_EQ(summary.definitely_lost_bytes, 20u + 110u) << text;
+  EXPECT_NE(text.find("memkit: 1 block, 110 bytes, definitely lost"), std::string::npos) << text;
+  EXPECT_NE(text.find("memkit: 1 block, 20 bytes, definitely lost"), std::string::npos) << text;
+  });
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool under_address_sanitizer = true;
 #elif defined(__has_feature)

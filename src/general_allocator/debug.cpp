@@ -57,7 +57,8 @@ bool general_allocator::impl::setup_records(page* pg) noexcept {
   const options& o = self->options_;
   const std::size_t frames = o.capture_stack_traces ? o.stack_frames : 0;
   const std::size_t record_size = detail::align_up(sizeof(debug_record) + 2 * frames * sizeof(void*), 8);
-  const std::size_t bytes = detail::align_up(pg->reserved * record_size, os::page_size());
+  const std::size_t bytes =
+      detail::align_up(pg->reserved * (record_size + sizeof(std::uint32_t)), os::page_size());  // and live_sizes()
   auto mapped = os::map(bytes);
   if (!mapped && give_back_caches()) mapped = os::map(bytes);  // at a limit, as for a segment
   if (!mapped) return false;
@@ -151,6 +152,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     if (r->state == freed) (void)check_freed_fill(pg, p, sizeof(block));
     r->state = live;
     r->requested = static_cast<std::uint32_t>(size);
+    live_sizes(pg)[index] = static_cast<std::uint32_t>(size) + 1;
     r->free_frames = 0;
     r->flags = static_cast<std::uint8_t>(family);
     r->alloc_frames = static_cast<std::uint8_t>(
@@ -405,6 +407,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
     }
   }
   r->state = freed;
+  live_sizes(pg)[index] = 0;
   r->free_frames = static_cast<std::uint8_t>(
       captured ? detail::capture_stack_trace(free_frames_of(pg, r), pg->record_frames, report_skip) : 0);
   if (o.fill_freed_memory) std::memset(c, freed_fill_byte, bs);
@@ -531,6 +534,7 @@ bool general_allocator::impl::debug_resize(void* p, std::size_t new_size) noexce
   if (new_size + canary > bs) return false;
   const std::size_t index = block_index(pg, static_cast<std::size_t>(static_cast<char*>(p) - pg->start));
   record_at(pg, index)->requested = static_cast<std::uint32_t>(new_size);
+  live_sizes(pg)[index] = static_cast<std::uint32_t>(new_size) + 1;
   std::memset(c + new_size, canary_byte, canary);
   return true;
 }

@@ -231,7 +231,7 @@ struct alignas(64) page {
   page* notify_next = nullptr;      // link on the heap's notified stack
   unsigned char* records = nullptr; // debug records (debug pages only, and all of them), from the os layer
   page* prev = nullptr;
-  std::uint32_t records_bytes = 0;  // at most 8192 records of at most 520 bytes
+  std::uint32_t records_bytes = 0;  // at most 8192 records of at most 520 bytes, and live_sizes()
   std::uint16_t record_size = 0;
   std::uint16_t record_frames = 0;
   std::uint64_t reciprocal = 0;     // ceil(2^64 / block_size): block index by multiplication
@@ -240,6 +240,13 @@ struct alignas(64) page {
 };
 // 128 bytes: a page descriptor's address is the segment's plus a shifted index.
 static_assert(sizeof(page) == 128, "page descriptors must stay 128 bytes");
+
+// After a debug page's records, one word per block: its requested size + 1 while it is live, 0
+// otherwise (the mapping starts zeroed). The leak scan reads these 4 bytes per block, in address
+// order, instead of a record of about 200 bytes each.
+inline std::uint32_t* live_sizes(const page* pg) noexcept {
+  return reinterpret_cast<std::uint32_t*>(pg->records + std::size_t{pg->reserved} * pg->record_size);
+}
 static_assert(offsetof(page, thread_free) == 64 && offsetof(page, records) < 128,
               "what remote frees touch must stay out of the owner's first cache line");
 static_assert(offsetof(page, debug) == offsetof(page, in_full) + 1,

@@ -28,9 +28,10 @@
 // and a bit of the reached bitmap, all in tables laid out for the scan (phase 2, the cliques of
 // lost blocks, uses the same ones). In front of the entries and the bitmap, which outgrow
 // the L2 cache in a GiB of small blocks, a bit per page entry tells that every live block of the
-// page is reached already: a word into such a page costs the chunk word and that bit. Per block, the debug
-// records are read once, in address order (prepare()); the scan takes sizes from a dense table,
-// and only the report reads the stacks of what it lists. Phase 1 scans the reached blocks in
+// page is reached already: a word into such a page costs the chunk word and that bit. Per block,
+// the scan reads the page's dense table of live sizes (live_sizes(), 4 bytes a block, kept by the
+// allocation path) once, in address order (prepare()), and only the report reads the records
+// (the stacks) of what it lists. Phase 1 scans the reached blocks in
 // address order too (sweep()), not in the order pointers reach them, so a heap of small blocks is
 // read in sequence, not a miss per block. Blocks reached behind the sweep are scanned from a stack
 // while they are few; past a bound per pass they wait in a pending set for another pass in address
@@ -276,9 +277,10 @@ class leak_scanner {
   std::size_t slot_bits_ = 0;
   scratch marks_memory_;
   std::uint8_t* marks_ = nullptr;
-  // The requested size of each live page block, by mark index, copied from its record while
-  // prepare() reads the records in address order: the scan and the report then read 4 bytes in a
-  // dense table instead of a 200-byte record far from every other (one cache and TLB miss each).
+  // The requested size of each live page block, by mark index, copied from the pages' live_sizes()
+  // tables while prepare() reads them in address order: the scan and the report then read 4 bytes
+  // in one dense table instead of a 200-byte record far from every other (one cache and TLB miss
+  // each).
   scratch sizes_memory_;
   std::uint32_t* sizes_ = nullptr;
   // One bit per mark: set once the block is reached (or when it is not live), so that a word
@@ -527,21 +529,18 @@ bool leak_scanner::prepare() noexcept {
         }
         slot->base[i] = next;
         if (runs < run_count_) runs_[runs++] = {next, pg.capacity, reinterpret_cast<const unsigned char*>(pg.start), pg.block_size};
-        if (pg.used == 0) {  // no block handed out: no record to read
+        if (pg.used == 0) {  // no block handed out: nothing to read
           std::memset(marks_ + next, not_live, pg.capacity);
           next += pg.capacity;
           continue;
         }
-        const unsigned char* r = pg.records;
+        const std::uint32_t* live_size = live_sizes(&pg);
         std::size_t first = SIZE_MAX;
         std::size_t last = 0;
-        for (std::size_t b = 0; b < pg.capacity; ++b, r += pg.record_size) {
-          // The next records' lines are on their way while this one is read.
-          MEMKIT_PREFETCH(r + 32 * std::size_t{pg.record_size});
-          const auto* record = reinterpret_cast<const debug_record*>(r);
-          const bool alive = record->state == live;
+        for (std::size_t b = 0; b < pg.capacity; ++b) {
+          const bool alive = live_size[b] != 0;
           marks_[next + b] = alive ? std::uint8_t{unmarked} : std::uint8_t{not_live};
-          sizes_[next + b] = record->requested;
+          sizes_[next + b] = live_size[b] - 1;
           if (!alive) continue;
           ++live_;
           first = std::min(first, b);
@@ -914,7 +913,7 @@ bool leak_scanner::free_blocks_of(const page& pg, std::uint64_t* bits) noexcept 
   if (!take(reinterpret_cast<const block*>(pg.thread_free.load(std::memory_order_acquire) & ~tf_state_mask))) return false;
   if (pg.debug && pg.records != nullptr) {
     for (std::size_t i = 0; i < n; ++i) {
-      if (record_of(&pg, i)->state != live) bits[i >> 6] |= std::uint64_t{1} << (i & 63);
+      if (live_sizes(&pg)[i] == 0) bits[i >> 6] |= std::uint64_t{1} << (i & 63);
     }
   }
   return true;
