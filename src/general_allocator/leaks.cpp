@@ -1245,12 +1245,30 @@ void leak_scanner::mark_lost() noexcept {
 std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summary) noexcept {
   const general_allocator::options& o = im_->self->current_options();
   const bool list_reachable = o.report_reachable;
-  // Group by (class, stack) in an open-addressing table.
-  std::size_t capacity = 16;
-  while (capacity < 2 * live_ + 2) capacity *= 2;
-  scratch table_memory;
-  auto* table = static_cast<leak_group*>(table_memory.get(capacity * sizeof(leak_group)));
+  // Group by (class, stack) in an open-addressing table that doubles when half full. (Sized for
+  // every live block up front, it took 56 bytes per block, huge pages zero-filled wherever a
+  // group landed, and a read of all of it to compact a report of a few groups.)
+  std::size_t capacity = 1024;
+  scratch table_memory[2];
+  std::size_t current = 0;
+  auto* table = static_cast<leak_group*>(table_memory[current].get(capacity * sizeof(leak_group)));
   std::size_t groups = 0;
+  const auto insert = [](leak_group* t, std::size_t c, const leak_group& g) {
+    std::size_t slot = g.hash & (c - 1);
+    while (t[slot].blocks != 0) slot = (slot + 1) & (c - 1);
+    t[slot] = g;
+  };
+  const auto grow = [&] {
+    auto* bigger = static_cast<leak_group*>(table_memory[1 - current].get(2 * capacity * sizeof(leak_group)));
+    if (bigger == nullptr) return;  // this one fills up instead (groups past that are not listed)
+    for (std::size_t i = 0; i < capacity; ++i) {
+      if (table[i].blocks != 0) insert(bigger, 2 * capacity, table[i]);
+    }
+    table_memory[current].reset();
+    current = 1 - current;
+    table = bigger;
+    capacity *= 2;
+  };
   for_each_live_block([&](const unsigned char* start, std::size_t size, std::uint8_t* flags, const page* pg,
                           std::size_t index, const segment* large) {
     const std::uint8_t mark = *flags;
@@ -1290,8 +1308,9 @@ std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summar
     for (;; slot = (slot + 1) & (capacity - 1)) {
       leak_group& g = table[slot];
       if (g.blocks == 0) {
+        if (groups + 1 == capacity) return;  // full (no memory to grow): counted, not listed
         g = {h, frames, frame_count, captured, kind, 1, size, start};
-        ++groups;
+        if (2 * ++groups > capacity) grow();
         return;
       }
       if (g.hash == h && g.mark == kind && g.frame_count == frame_count &&
