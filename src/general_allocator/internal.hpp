@@ -240,6 +240,10 @@ struct alignas(64) page {
 };
 // 128 bytes: a page descriptor's address is the segment's plus a shifted index.
 static_assert(sizeof(page) == 128, "page descriptors must stay 128 bytes");
+static_assert(offsetof(page, thread_free) == 64 && offsetof(page, records) < 128,
+              "what remote frees touch must stay out of the owner's first cache line");
+static_assert(offsetof(page, debug) == offsetof(page, in_full) + 1,
+              "local_free_is_plain reads in_full and debug as one 16-bit word");
 
 // After a debug page's records, one word per block: its requested size + 1 while it is live, 0
 // otherwise (the mapping starts zeroed). The leak scan reads these 4 bytes per block, in address
@@ -247,10 +251,6 @@ static_assert(sizeof(page) == 128, "page descriptors must stay 128 bytes");
 inline std::uint32_t* live_sizes(const page* pg) noexcept {
   return reinterpret_cast<std::uint32_t*>(pg->records + std::size_t{pg->reserved} * pg->record_size);
 }
-static_assert(offsetof(page, thread_free) == 64 && offsetof(page, records) < 128,
-              "what remote frees touch must stay out of the owner's first cache line");
-static_assert(offsetof(page, debug) == offsetof(page, in_full) + 1,
-              "local_free_is_plain reads in_full and debug as one 16-bit word");
 
 // A local free is a plain list push when the page is neither full nor a debug page: both flags
 // read as one 16-bit load (one compare on the free fast path instead of two).

@@ -31,11 +31,11 @@
 // page is reached already: a word into such a page costs the chunk word and that bit. Per block,
 // the scan reads the page's dense table of live sizes (live_sizes(), 4 bytes a block, kept by the
 // allocation path) once, in address order (prepare()), and only the report reads the records
-// (the stacks) of what it lists. Phase 1 scans the reached blocks in
-// address order too (sweep()), not in the order pointers reach them, so a heap of small blocks is
-// read in sequence, not a miss per block. Blocks reached behind the sweep are scanned from a stack
-// while they are few; past a bound per pass they wait in a pending set for another pass in address
-// order (a heap reached through its blocks from a few roots is mostly reached behind the sweep).
+// (the stacks) of what it lists. Phase 1 scans the reached blocks in address order too (sweep()),
+// not in the order pointers reach them, so a heap of small blocks is read in sequence, not a miss
+// per block. Blocks reached behind the sweep are scanned from a stack while they are few; past a
+// bound per pass they wait in a pending set for another pass in address order (a heap reached
+// through its blocks from a few roots is mostly reached behind the sweep).
 // Phase 2 walks each clique the same way, from its leader (mark_lost()).
 #include <algorithm>
 #include <bit>
