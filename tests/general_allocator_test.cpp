@@ -1016,6 +1016,17 @@ TEST_F(general_allocator_test, empty_pages_are_purged_after_the_delay_or_over_th
   b.free(q);
 }
 
+// Writes 12,000 blocks of 1 KiB (three segments' worth), then frees them all.
+void fill_and_empty_three_segments(general_allocator& a) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 12000; ++i) {
+    void* p = a.allocate(1000);
+    std::memset(p, 1, 1000);
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) a.free(p);
+}
+
 // A heap whose blocks another thread frees in bursts empties whole segments and needs them again a
 // few milliseconds later: once the program takes discarded segments back, empty segments wait
 // longer (up to ten purge delays, as a free page does) before their pages go back to the OS. With
@@ -1025,17 +1036,7 @@ TEST_F(general_allocator_test, empty_segments_wait_longer_once_the_program_takes
   general_allocator::options o;
   o.purge_delay_ms = 100;
   general_allocator a(o);
-  std::vector<void*> blocks;
-  const auto fill_and_empty_three_segments = [&] {
-    blocks.clear();
-    for (int i = 0; i < 12000; ++i) {  // three segments of 1 KiB blocks
-      void* p = a.allocate(1000);
-      std::memset(p, 1, 1000);
-      blocks.push_back(p);
-    }
-    for (void* p : blocks) a.free(p);
-  };
-  fill_and_empty_three_segments();
+  fill_and_empty_three_segments(a);
   const std::size_t retained = a.statistics().retained_bytes;
   EXPECT_GE(retained, std::size_t{11} << 20);
   // A program that empties its segments once gets their pages back to the OS after one delay: a
@@ -1045,7 +1046,7 @@ TEST_F(general_allocator_test, empty_segments_wait_longer_once_the_program_takes
   EXPECT_LT(a.statistics().retained_bytes, std::size_t{5} << 20);
   // It takes the discarded segments back at once (faulting their pages in again): from now on
   // they wait several delays, here two and a half of them.
-  fill_and_empty_three_segments();
+  fill_and_empty_three_segments(a);
   EXPECT_GE(a.statistics().retained_bytes, std::size_t{11} << 20);
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   void* q = a.allocate(3000);
@@ -1075,22 +1076,12 @@ TEST_F(general_allocator_test, empty_segments_wait_less_again_once_the_program_s
   const std::size_t probes[] = {9000, 11000, 13000, 15000, 18000, 22000, 26000, 30000, 36000, 44000, 52000};
   std::size_t next_probe = 0;
   const auto purge_what_is_due = [&] { a.free(a.allocate(probes[next_probe++])); };
-  std::vector<void*> blocks;
-  const auto fill_and_empty_three_segments = [&] {
-    blocks.clear();
-    for (int i = 0; i < 12000; ++i) {  // three segments of 1 KiB blocks
-      void* p = a.allocate(1000);
-      std::memset(p, 1, 1000);
-      blocks.push_back(p);
-    }
-    for (void* p : blocks) a.free(p);
-  };
   // Discarded after one delay, then taken back at once: the wait grows.
-  fill_and_empty_three_segments();
+  fill_and_empty_three_segments(a);
   wait_tenths_of_a_delay(30);
   purge_what_is_due();
   ASSERT_LT(a.statistics().retained_bytes, std::size_t{5} << 20);
-  fill_and_empty_three_segments();
+  fill_and_empty_three_segments(a);
   wait_tenths_of_a_delay(15);
   purge_what_is_due();
   ASSERT_GE(a.statistics().retained_bytes, std::size_t{11} << 20) << "the wait grew past one and a half delays";
@@ -1101,7 +1092,7 @@ TEST_F(general_allocator_test, empty_segments_wait_less_again_once_the_program_s
     purge_what_is_due();
     EXPECT_LT(a.statistics().retained_bytes, std::size_t{5} << 20) << cycle;
     a.purge();
-    fill_and_empty_three_segments();
+    fill_and_empty_three_segments(a);
   }
   wait_tenths_of_a_delay(25);
   purge_what_is_due();
