@@ -985,17 +985,22 @@ TEST_F(general_allocator_test, purge_returns_resident_memory) {
   }
 }
 
-TEST_F(general_allocator_test, empty_pages_are_purged_after_the_delay_or_over_the_limit) {
-  general_allocator::options o;
-  o.purge_delay_ms = 0;
-  general_allocator a(o);
+// Writes `count` blocks of 1,000 bytes, then frees them all.
+void fill_and_empty(general_allocator& a, int count) {
   std::vector<void*> blocks;
-  for (int i = 0; i < 20000; ++i) {
+  for (int i = 0; i < count; ++i) {
     void* p = a.allocate(1000);
     std::memset(p, 1, 1000);
     blocks.push_back(p);
   }
   for (void* p : blocks) a.free(p);
+}
+
+TEST_F(general_allocator_test, empty_pages_are_purged_after_the_delay_or_over_the_limit) {
+  general_allocator::options o;
+  o.purge_delay_ms = 0;
+  general_allocator a(o);
+  fill_and_empty(a, 20000);
   void* p = a.allocate(2000);  // a slow path: due pages are purged
   EXPECT_LT(a.statistics().retained_bytes, 1u << 20);
   a.free(p);
@@ -1004,28 +1009,13 @@ TEST_F(general_allocator_test, empty_pages_are_purged_after_the_delay_or_over_th
   limited.purge_delay_ms = 60000;
   limited.retained_limit = 1u << 20;
   general_allocator b(limited);
-  blocks.clear();
-  for (int i = 0; i < 20000; ++i) {
-    void* q = b.allocate(1000);
-    std::memset(q, 1, 1000);
-    blocks.push_back(q);
-  }
-  for (void* q : blocks) b.free(q);
+  fill_and_empty(b, 20000);
   void* q = b.allocate(2000);
   EXPECT_LE(b.statistics().retained_bytes, (1u << 20) + (64u << 10));
   b.free(q);
 }
 
-// Writes 12,000 blocks of 1 KiB (three segments' worth), then frees them all.
-void fill_and_empty_three_segments(general_allocator& a) {
-  std::vector<void*> blocks;
-  for (int i = 0; i < 12000; ++i) {
-    void* p = a.allocate(1000);
-    std::memset(p, 1, 1000);
-    blocks.push_back(p);
-  }
-  for (void* p : blocks) a.free(p);
-}
+constexpr int three_segments = 12000;  // blocks of 1,000 bytes (1 KiB class) in three 4 MiB segments
 
 // A heap whose blocks another thread frees in bursts empties whole segments and needs them again a
 // few milliseconds later: once the program takes discarded segments back, empty segments wait
@@ -1036,7 +1026,7 @@ TEST_F(general_allocator_test, empty_segments_wait_longer_once_the_program_takes
   general_allocator::options o;
   o.purge_delay_ms = 100;
   general_allocator a(o);
-  fill_and_empty_three_segments(a);
+  fill_and_empty(a, three_segments);
   const std::size_t retained = a.statistics().retained_bytes;
   EXPECT_GE(retained, std::size_t{11} << 20);
   // A program that empties its segments once gets their pages back to the OS after one delay: a
@@ -1046,7 +1036,7 @@ TEST_F(general_allocator_test, empty_segments_wait_longer_once_the_program_takes
   EXPECT_LT(a.statistics().retained_bytes, std::size_t{5} << 20);
   // It takes the discarded segments back at once (faulting their pages in again): from now on
   // they wait several delays, here two and a half of them.
-  fill_and_empty_three_segments(a);
+  fill_and_empty(a, three_segments);
   EXPECT_GE(a.statistics().retained_bytes, std::size_t{11} << 20);
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
   void* q = a.allocate(3000);
@@ -1077,11 +1067,11 @@ TEST_F(general_allocator_test, empty_segments_wait_less_again_once_the_program_s
   std::size_t next_probe = 0;
   const auto purge_what_is_due = [&] { a.free(a.allocate(probes[next_probe++])); };
   // Discarded after one delay, then taken back at once: the wait grows.
-  fill_and_empty_three_segments(a);
+  fill_and_empty(a, three_segments);
   wait_tenths_of_a_delay(30);
   purge_what_is_due();
   ASSERT_LT(a.statistics().retained_bytes, std::size_t{5} << 20);
-  fill_and_empty_three_segments(a);
+  fill_and_empty(a, three_segments);
   wait_tenths_of_a_delay(15);
   purge_what_is_due();
   ASSERT_GE(a.statistics().retained_bytes, std::size_t{11} << 20) << "the wait grew past one and a half delays";
@@ -1092,7 +1082,7 @@ TEST_F(general_allocator_test, empty_segments_wait_less_again_once_the_program_s
     purge_what_is_due();
     EXPECT_LT(a.statistics().retained_bytes, std::size_t{5} << 20) << cycle;
     a.purge();
-    fill_and_empty_three_segments(a);
+    fill_and_empty(a, three_segments);
   }
   wait_tenths_of_a_delay(25);
   purge_what_is_due();
