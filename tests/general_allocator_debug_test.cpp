@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <utility>
@@ -363,6 +364,30 @@ TEST(general_allocator_debug, leak_report_lists_each_of_hundreds_of_allocation_s
   // Largest first: the last site's 615 bytes, then 614, ...
   EXPECT_EQ(text.find("memkit: 1 block, 615 bytes, definitely lost"), 0u) << text.substr(0, 2000);
   EXPECT_LT(text.find("memkit: 1 block, 614 bytes"), text.find("memkit: 1 block, 16 bytes")) << text.substr(0, 2000);
+  });
+}
+
+std::uint64_t thread_cpu_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<std::uint64_t>(t.tv_sec) * 1000000000u + static_cast<std::uint64_t>(t.tv_nsec);
+}
+
+TEST(general_allocator_debug, leak_summary_says_what_the_scan_and_the_writing_cost) {
+  in_fresh_process([] {
+  general_allocator::leak_summary summary;
+  std::uint64_t around = 0;
+  const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
+    leak_in_a_loop(a, 5000);
+    const std::uint64_t before = thread_cpu_ns();
+    (void)a.report_leaks(a.current_options().report_fd, summary);
+    around = thread_cpu_ns() - before;
+  });
+  EXPECT_EQ(summary.definitely_lost_blocks, 5000u) << text.substr(0, 2000);
+  // Both parts are CPU time of the calling thread, measured inside the call.
+  EXPECT_GT(summary.scan_cpu_ns, 0u);
+  EXPECT_GT(summary.writing_cpu_ns, 0u);
+  EXPECT_LE(summary.scan_cpu_ns + summary.writing_cpu_ns, around);
   });
 }
 

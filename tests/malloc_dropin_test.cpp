@@ -292,6 +292,43 @@ TEST(malloc_preload_debug, suppressions_and_json_reach_the_drop_in) {
   EXPECT_TRUE(contains(all.output, "memkit: leak summary: definitely lost: 0 bytes in 0 blocks")) << all.output;
 }
 
+// MEMKIT_STATS adds to each leak report a line of what it cost: the live heap it looked at (the
+// summary's blocks and bytes of every class, reachable ones included) and the CPU time of the scan
+// and of the writing.
+TEST(malloc_preload_debug, statistics_add_what_the_leak_report_cost) {
+  // ls keeps blocks it still points to at exit, and MEMKIT_LEAKS=all counts them.
+  const std::vector<std::string> ls = {"/usr/bin/ls", "/"};
+  auto plain = run(ls, {preload, "MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  EXPECT_FALSE(contains(plain.output, "leak scan:")) << plain.output;
+  auto out = run(ls, {preload, "MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all", "MEMKIT_STATS=1"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  std::size_t lost_bytes = 0, lost_blocks = 0, indirect_bytes = 0, indirect_blocks = 0, kept_bytes = 0, kept_blocks = 0;
+  const auto summary = out.output.find("memkit: leak summary: ");
+  ASSERT_NE(summary, std::string::npos) << out.output;
+  ASSERT_EQ(std::sscanf(out.output.c_str() + summary,
+                        "memkit: leak summary: definitely lost: %zu bytes in %zu blocks; indirectly lost: %zu bytes in "
+                        "%zu blocks; still reachable: %zu bytes in %zu blocks",
+                        &lost_bytes, &lost_blocks, &indirect_bytes, &indirect_blocks, &kept_bytes, &kept_blocks),
+            6)
+      << out.output;
+  EXPECT_GT(kept_blocks, 0u) << out.output;
+  std::size_t blocks = 0, bytes = 0;
+  unsigned scan_ms = 0, scan_us = 0, writing_ms = 0, writing_us = 0;
+  const auto cost = out.output.find("memkit: leak scan: ", summary);
+  ASSERT_NE(cost, std::string::npos) << "the cost follows the summary\n" << out.output;
+  ASSERT_EQ(std::sscanf(out.output.c_str() + cost,
+                        "memkit: leak scan: %zu live blocks, %zu bytes; CPU: scan %u.%u ms, writing %u.%u ms", &blocks,
+                        &bytes, &scan_ms, &scan_us, &writing_ms, &writing_us),
+            6)
+      << out.output;
+  EXPECT_EQ(blocks, lost_blocks + indirect_blocks + kept_blocks) << out.output;
+  EXPECT_EQ(bytes, lost_bytes + indirect_bytes + kept_bytes) << out.output;
+  EXPECT_GT(scan_ms * 1000 + scan_us, 0u) << out.output;
+  auto json = run(ls, {preload, "MEMKIT_DEBUG=1", "MEMKIT_STATS=1", "MEMKIT_REPORT_FORMAT=json"});
+  EXPECT_TRUE(contains(json.output, "{\"kind\":\"leak-scan\",\"message\":\"leak scan: ")) << json.output;
+  EXPECT_TRUE(contains(json.output, ",\"scan_cpu_ns\":")) << json.output;
+}
+
 // ---- real programs from Debian's packages -------------------------------------------------------
 // Each must keep its exit status and report exactly what valgrind's memcheck reports as definitely
 // or indirectly lost (checked with valgrind --leak-check=full on Debian 12): nothing for most.

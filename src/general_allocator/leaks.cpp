@@ -1384,6 +1384,7 @@ std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summar
 std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* registers, std::size_t register_bytes,
                                                        std::uintptr_t stack_low,
                                                        general_allocator::leak_summary& summary) noexcept {
+  const std::uint64_t start = os::thread_cpu_ns();
   leak_scanner scanner(this);
   if (!scanner.prepare()) {
     report_writer(fd, self->options_.format)
@@ -1393,7 +1394,11 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* regi
   if (scanner.live_blocks() == 0) return 0;
   scanner.mark_reachable(registers, register_bytes, stack_low);
   scanner.mark_lost();
-  return scanner.report(fd, summary);
+  const std::uint64_t scanned = os::thread_cpu_ns();
+  const std::size_t lost = scanner.report(fd, summary);
+  summary.scan_cpu_ns = scanned - start;
+  summary.writing_cpu_ns = os::thread_cpu_ns() - scanned;
+  return lost;
 }
 
 }  // namespace memkit

@@ -80,6 +80,11 @@ status at_fork(void (*prepare)(), void (*parent)(), void (*child)()) noexcept;
 // resolution. For delays (purging), never for measurements.
 std::uint64_t monotonic_ms() noexcept;
 
+// Nanoseconds of CPU time (user and kernel) the calling thread has used so far, for a report that
+// says what it cost; 0 when the platform cannot tell. Linux counts in nanoseconds, Windows in the
+// scheduler's ticks (about 16 ms).
+std::uint64_t thread_cpu_ns() noexcept;
+
 // ---- output -------------------------------------------------------------------------------------
 
 // The descriptor of the process's error stream (2 on POSIX; the C runtime's stderr on Windows).

@@ -461,6 +461,12 @@ std::uint64_t monotonic_ms() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000u + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000u;
 }
 
+std::uint64_t thread_cpu_ns() noexcept {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
 status output(int fd, const char* text, std::size_t length) noexcept {
   while (length != 0) {
     const ssize_t written = ::write(fd, text, length);

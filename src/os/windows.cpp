@@ -379,6 +379,15 @@ status at_fork(void (*)(), void (*)(), void (*)()) noexcept { return status::fai
 // CLOCK_MONOTONIC_COARSE; QueryPerformanceCounter would be finer and slower than purging needs.
 std::uint64_t monotonic_ms() noexcept { return static_cast<std::uint64_t>(::GetTickCount64()); }
 
+std::uint64_t thread_cpu_ns() noexcept {
+  FILETIME created, exited, kernel, user;
+  if (!::GetThreadTimes(::GetCurrentThread(), &created, &exited, &kernel, &user)) return 0;
+  const auto ticks = [](const FILETIME& t) {  // 100 ns units
+    return (static_cast<std::uint64_t>(t.dwHighDateTime) << 32) | t.dwLowDateTime;
+  };
+  return (ticks(kernel) + ticks(user)) * 100u;
+}
+
 namespace {
 
 HANDLE handle_of(int fd) noexcept {
