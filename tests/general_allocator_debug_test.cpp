@@ -384,6 +384,8 @@ TEST(general_allocator_debug, leak_summary_says_what_the_scan_and_the_writing_co
     around = thread_cpu_ns() - before;
   });
   EXPECT_EQ(summary.definitely_lost_blocks, 5000u) << text.substr(0, 2000);
+  // The roots: at least this thread's stack above the call, and the process's data.
+  EXPECT_GT(summary.root_bytes, 0u);
   // Both parts are CPU time of the calling thread, measured inside the call.
   EXPECT_GT(summary.scan_cpu_ns, 0u);
   EXPECT_GT(summary.writing_cpu_ns, 0u);

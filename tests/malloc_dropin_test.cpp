@@ -312,17 +312,19 @@ TEST(malloc_preload_debug, statistics_add_what_the_leak_report_cost) {
             6)
       << out.output;
   EXPECT_GT(kept_blocks, 0u) << out.output;
-  std::size_t blocks = 0, bytes = 0;
+  std::size_t blocks = 0, bytes = 0, roots = 0;
   unsigned scan_ms = 0, scan_us = 0, writing_ms = 0, writing_us = 0;
   const auto cost = out.output.find("memkit: leak scan: ", summary);
   ASSERT_NE(cost, std::string::npos) << "the cost follows the summary\n" << out.output;
   ASSERT_EQ(std::sscanf(out.output.c_str() + cost,
-                        "memkit: leak scan: %zu live blocks, %zu bytes; CPU: scan %u.%u ms, writing %u.%u ms", &blocks,
-                        &bytes, &scan_ms, &scan_us, &writing_ms, &writing_us),
-            6)
+                        "memkit: leak scan: %zu live blocks, %zu bytes, %zu bytes of roots; CPU: scan %u.%u ms, writing "
+                        "%u.%u ms",
+                        &blocks, &bytes, &roots, &scan_ms, &scan_us, &writing_ms, &writing_us),
+            7)
       << out.output;
   EXPECT_EQ(blocks, lost_blocks + indirect_blocks + kept_blocks) << out.output;
   EXPECT_EQ(bytes, lost_bytes + indirect_bytes + kept_bytes) << out.output;
+  EXPECT_GT(roots, 0u) << "the stack and the data of every loaded object at least\n" << out.output;
   EXPECT_GT(scan_ms * 1000 + scan_us, 0u) << out.output;
   auto json = run(ls, {preload, "MEMKIT_DEBUG=1", "MEMKIT_STATS=1", "MEMKIT_REPORT_FORMAT=json"});
   EXPECT_TRUE(contains(json.output, "{\"kind\":\"leak-scan\",\"message\":\"leak scan: ")) << json.output;

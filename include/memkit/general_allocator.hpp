@@ -108,10 +108,14 @@ class general_allocator final : public allocator {
     std::size_t reachable_bytes = 0;
     std::size_t suppressed_blocks = 0;  // lost blocks whose stack a suppression matched
     std::size_t suppressed_bytes = 0;
+    // What the report read besides the live heap (the four counts above add up to that): the
+    // program's writable memory, stacks and registers, and the blocks of other instances, read
+    // as roots.
+    std::size_t root_bytes = 0;
     // What the report cost, in CPU time of the calling thread (0 where the platform cannot tell):
     // the scan (the roots, the blocks they reach, the cliques of lost blocks), which grows with
-    // the live heap (the four counts above add up to it), and the writing (grouping by stack,
-    // symbolizing, formatting), which grows with what is listed.
+    // the live heap and the roots, and the writing (grouping by stack, symbolizing, formatting),
+    // which grows with what is listed.
     std::uint64_t scan_cpu_ns = 0;
     std::uint64_t writing_cpu_ns = 0;
   };

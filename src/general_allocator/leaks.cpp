@@ -225,6 +225,8 @@ class leak_scanner {
   // scan's tables cannot be mapped.
   bool prepare() noexcept;
   std::size_t live_blocks() const noexcept { return live_; }
+  // Bytes read as roots by mark_reachable(): everything it scanned before the blocks.
+  std::size_t root_bytes() const noexcept { return root_bytes_; }
   // Phase 1: everything reachable from the roots.
   void mark_reachable(const void* registers, std::size_t register_bytes, std::uintptr_t stack_low) noexcept;
   // Phase 2: cliques of lost blocks.
@@ -384,6 +386,8 @@ class leak_scanner {
   std::size_t excluded_count_ = 0;
   std::size_t excluded_capacity_ = 0;
   std::uintptr_t stack_low_ = 0;  // the calling thread's stack is scanned from here up
+  std::size_t scanned_bytes_ = 0;  // by scan(), so far
+  std::size_t root_bytes_ = 0;
   scratch copy_memory_;
   unsigned char* copy_ = nullptr;
   static constexpr std::size_t copy_bytes = std::size_t{256} << 10;
@@ -750,6 +754,7 @@ void leak_scanner::visit_slow(std::uintptr_t v) noexcept {
 }
 
 void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) noexcept {
+  scanned_bytes_ += static_cast<std::size_t>(end - begin);
   auto a = detail::align_up(reinterpret_cast<std::uintptr_t>(begin), sizeof(void*));
   const auto b = reinterpret_cast<std::uintptr_t>(end);
   const std::uintptr_t lo = lo_;
@@ -952,6 +957,7 @@ void leak_scanner::scan_root_range(std::uintptr_t begin, std::uintptr_t end) noe
 // reached from one the sweep scans is only marked when it lies ahead, and scanned at once (the
 // stack) when it lies behind.
 void leak_scanner::sweep() noexcept {
+  root_bytes_ = scanned_bytes_;  // the roots only marked what they reached; the blocks start here
   const auto scan_if_reached = [&](std::size_t m, const unsigned char* start, std::size_t size) {
     if (!is_set(m) || marks_[m] == not_live) return;
     marks_[m] = reachable;
@@ -1396,6 +1402,7 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* regi
   scanner.mark_lost();
   const std::uint64_t scanned = os::thread_cpu_ns();
   const std::size_t lost = scanner.report(fd, summary);
+  summary.root_bytes = scanner.root_bytes();
   summary.scan_cpu_ns = scanned - start;
   summary.writing_cpu_ns = os::thread_cpu_ns() - scanned;
   return lost;

@@ -154,7 +154,8 @@ void after_fork_in_parent() noexcept { general_allocator::global().after_fork_pa
 void after_fork_in_child() noexcept { general_allocator::global().after_fork_child(); }
 
 // The leak report; with MEMKIT_STATS also what it cost, in a line of its own (kind "leak-scan"):
-// the live heap it looked at and the CPU time of its scan and of its writing.
+// the live heap it looked at, the other memory it read as roots, and the CPU time of its scan and
+// of its writing.
 void report_leaks(general_allocator& allocator, int fd) noexcept {
   general_allocator::leak_summary s;
   (void)allocator.report_leaks(fd, s);
@@ -164,11 +165,13 @@ void report_leaks(general_allocator& allocator, int fd) noexcept {
   const auto ms = [](std::uint64_t ns) { return static_cast<unsigned long long>(ns / 1000000u); };
   const auto ms_fraction = [](std::uint64_t ns) { return static_cast<unsigned long long>(ns / 1000u % 1000u); };
   diagnostics::report_writer out(fd, allocator.current_options().format);
-  out.begin("leak-scan", nullptr, 0, "leak scan: %zu live blocks, %zu bytes; CPU: scan %llu.%03llu ms, writing %llu.%03llu ms",
-            blocks, bytes, ms(s.scan_cpu_ns), ms_fraction(s.scan_cpu_ns), ms(s.writing_cpu_ns),
+  out.begin("leak-scan", nullptr, 0,
+            "leak scan: %zu live blocks, %zu bytes, %zu bytes of roots; CPU: scan %llu.%03llu ms, writing %llu.%03llu ms",
+            blocks, bytes, s.root_bytes, ms(s.scan_cpu_ns), ms_fraction(s.scan_cpu_ns), ms(s.writing_cpu_ns),
             ms_fraction(s.writing_cpu_ns));
   out.number("live_blocks", blocks);
   out.number("live_bytes", bytes);
+  out.number("root_bytes", s.root_bytes);
   out.number("scan_cpu_ns", static_cast<std::size_t>(s.scan_cpu_ns));
   out.number("writing_cpu_ns", static_cast<std::size_t>(s.writing_cpu_ns));
   out.end();
