@@ -367,6 +367,44 @@ TEST(general_allocator_debug, leak_report_lists_each_of_hundreds_of_allocation_s
   });
 }
 
+// A block whose only pointer is in one of the caller's callee-saved registers when it asks for a
+// report is reachable: the report's own frame must not hide it by saving the register below the
+// part of the stack it scans and reusing the register before the snapshot.
+#if defined(__x86_64__)
+[[gnu::noinline]] void report_with_blocks_in_callee_saved_registers(general_allocator& a,
+                                                                     general_allocator::leak_summary& summary) {
+  register void* in_rbx asm("rbx") = a.allocate(24);
+  register void* in_r12 asm("r12") = a.allocate(40);
+  register void* in_r13 asm("r13") = a.allocate(56);
+  register void* in_r14 asm("r14") = a.allocate(72);
+  register void* in_r15 asm("r15") = a.allocate(88);
+  // From here to the report's return the five addresses are in those registers and nowhere else.
+  __asm__ volatile("" : "+r"(in_rbx), "+r"(in_r12), "+r"(in_r13), "+r"(in_r14), "+r"(in_r15));
+  (void)a.report_leaks(a.current_options().report_fd, summary);
+  __asm__ volatile("" : "+r"(in_rbx), "+r"(in_r12), "+r"(in_r13), "+r"(in_r14), "+r"(in_r15));
+  a.free(in_rbx);
+  a.free(in_r12);
+  a.free(in_r13);
+  a.free(in_r14);
+  a.free(in_r15);
+}
+#endif
+
+TEST(general_allocator_debug, blocks_the_caller_holds_in_callee_saved_registers_are_reachable) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "pins addresses in x86-64's callee-saved registers";
+#else
+  in_fresh_process([] {
+  general_allocator::leak_summary summary;
+  const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
+    report_with_blocks_in_callee_saved_registers(a, summary);
+  });
+  EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks, 0u) << text;
+  EXPECT_EQ(summary.reachable_blocks, 5u) << text;
+  });
+#endif
+}
+
 std::uint64_t thread_cpu_ns() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);

@@ -660,26 +660,41 @@ std::size_t general_allocator::report_leaks(int fd) const noexcept {
   return report_leaks(fd, summary);
 }
 
-// The registers and the stack of the calling thread are captured here, in the outermost frame
-// of the report: the scan covers `registers` and the caller's stack, from above this frame's
-// return address and the argument home space the caller reserved for it (Windows x64), so that
-// neither the scan's own frames (which hold block addresses while it runs) nor slots this call
-// left unwritten (which still hold what the caller's returned callees left there, such as a
-// block the caller just lost) are taken as roots.
-[[gnu::noinline]] std::size_t general_allocator::report_leaks(int fd, leak_summary& summary) const noexcept {
-  summary = leak_summary{};
-  impl* im = impl_;
+namespace {
+
+// The report proper, reached through os::call_with_callee_saved from report_leaks (below), which
+// stored the caller's callee-saved registers at `saved` first: this function's prologue may save
+// them in its own frame, below the scanned stack, and reuse them before the snapshot below.
+[[gnu::noinline]] std::size_t report_leaks_of(const void* allocator, std::uintptr_t fd_value, void* result,
+                                              std::uintptr_t stack_start, const void* saved) noexcept {
+  auto* im = const_cast<general_allocator::impl*>(static_cast<const general_allocator::impl*>(allocator));
+  auto& summary = *static_cast<general_allocator::leak_summary*>(result);
+  const auto fd = static_cast<int>(fd_value);
+  summary = general_allocator::leak_summary{};
   if (im == nullptr) return 0;
   im->check_quarantine();
-  if (!options_.debug) return report_live_pages(im, fd);
-  // Only the callee-saved registers can carry the caller's pointers across this call; the
-  // snapshot leaves out the argument registers, which hold whatever the last calls left there.
+  if (!im->self->current_options().debug) return report_live_pages(im, fd);
+  // The snapshot leaves out the argument registers, which hold whatever the last calls left there.
   os::register_snapshot registers;
   MEMKIT_OS_CAPTURE_REGISTERS(registers);
-  const std::size_t lost =
-      im->report_lost_blocks(fd, &registers, sizeof registers, MEMKIT_OS_CALLER_STACK_START(), summary);
+  const std::size_t lost = im->report_lost_blocks(fd, &registers, sizeof registers, saved,
+                                                  saved != nullptr ? os::callee_saved_bytes : 0, stack_start, summary);
   __asm__ volatile("" : : "r"(&registers) : "memory");  // keeps the frame (no tail call)
   return lost;
+}
+
+}  // namespace
+
+// The roots of the calling thread: the caller's stack from above this frame's return address and
+// the argument home space the caller reserved for it (Windows x64), its callee-saved registers
+// (stored by os::call_with_callee_saved before anything here could reuse them: this function only
+// forwards, in a tail call), and the registers report_leaks_of sees. Neither the scan's own
+// frames (which hold block addresses while it runs) nor slots this call left unwritten (which
+// still hold what the caller's returned callees left there, such as a block the caller just
+// lost) are taken as roots.
+[[gnu::noinline]] std::size_t general_allocator::report_leaks(int fd, leak_summary& summary) const noexcept {
+  return os::call_with_callee_saved(&report_leaks_of, impl_, static_cast<std::uintptr_t>(fd), &summary,
+                                    MEMKIT_OS_CALLER_STACK_START());
 }
 
 }  // namespace memkit

@@ -468,10 +468,12 @@ struct general_allocator::impl {
   void check_quarantine() noexcept;
   bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
   bool report_interior_of_large(const void* p) noexcept;
-  // leaks.cpp: the reachability scan and the grouped leak report. `registers` and the stack
-  // above `stack_low` belong to the calling thread, captured by the public entry point.
-  std::size_t report_lost_blocks(int fd, const void* registers, std::size_t register_bytes,
-                                 std::uintptr_t stack_low, general_allocator::leak_summary& summary) noexcept;
+  // leaks.cpp: the reachability scan and the grouped leak report. `registers`, the caller's
+  // callee-saved registers at `saved` and the stack above `stack_low` belong to the calling
+  // thread, captured by the public entry point.
+  std::size_t report_lost_blocks(int fd, const void* registers, std::size_t register_bytes, const void* saved,
+                                 std::size_t saved_bytes, std::uintptr_t stack_low,
+                                 general_allocator::leak_summary& summary) noexcept;
   // general_allocator.cpp
   void* allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept;
   void* allocate_direct_miss(gpa::heap* h, std::size_t size, std::size_t alignment) noexcept;

@@ -228,7 +228,8 @@ class leak_scanner {
   // Bytes read as roots by mark_reachable(): everything it scanned before the blocks.
   std::size_t root_bytes() const noexcept { return root_bytes_; }
   // Phase 1: everything reachable from the roots.
-  void mark_reachable(const void* registers, std::size_t register_bytes, std::uintptr_t stack_low) noexcept;
+  void mark_reachable(const void* registers, std::size_t register_bytes, const void* saved, std::size_t saved_bytes,
+                      std::uintptr_t stack_low) noexcept;
   // Phase 2: cliques of lost blocks.
   void mark_lost() noexcept;
   // Groups, sorts and writes the report; returns the lost blocks not suppressed.
@@ -1088,7 +1089,8 @@ void leak_scanner::pending_pass() noexcept {
 }
 
 
-void leak_scanner::mark_reachable(const void* registers, std::size_t register_bytes, std::uintptr_t stack_low) noexcept {
+void leak_scanner::mark_reachable(const void* registers, std::size_t register_bytes, const void* saved,
+                                  std::size_t saved_bytes, std::uintptr_t stack_low) noexcept {
   new_mark_ = reachable;
   leader_ = SIZE_MAX;
   finger_ = 0;  // the roots only mark the blocks they reach; sweep() scans them
@@ -1143,8 +1145,10 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
     }
   }
   drain();
-  // This thread's registers, then every writable private mapping.
+  // This thread's registers (a snapshot here, and the caller's callee-saved ones stored before the
+  // report began), then every writable private mapping.
   scan(static_cast<const unsigned char*>(registers), static_cast<const unsigned char*>(registers) + register_bytes);
+  if (saved != nullptr) scan(static_cast<const unsigned char*>(saved), static_cast<const unsigned char*>(saved) + saved_bytes);
   drain();
   std::sort(excluded_, excluded_ + excluded_count_,
             [](const address_range& a, const address_range& b) { return a.begin < b.begin; });
@@ -1388,6 +1392,7 @@ std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summar
 }  // namespace
 
 std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* registers, std::size_t register_bytes,
+                                                       const void* saved, std::size_t saved_bytes,
                                                        std::uintptr_t stack_low,
                                                        general_allocator::leak_summary& summary) noexcept {
   const std::uint64_t start = os::thread_cpu_ns();
@@ -1398,7 +1403,7 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* regi
     return 0;
   }
   if (scanner.live_blocks() == 0) return 0;
-  scanner.mark_reachable(registers, register_bytes, stack_low);
+  scanner.mark_reachable(registers, register_bytes, saved, saved_bytes, stack_low);
   scanner.mark_lost();
   const std::uint64_t scanned = os::thread_cpu_ns();
   const std::size_t lost = scanner.report(fd, summary);

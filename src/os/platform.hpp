@@ -139,6 +139,25 @@ inline constexpr std::size_t caller_argument_home_bytes = 0;
   (reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)) + 2 * sizeof(void*) + \
    ::memkit::os::caller_argument_home_bytes)
 
+// Calls fn(object, argument, result, stack_start, saved) after storing the callee-saved registers
+// on the stack, in a frame above fn's: `saved` points at them (callee_saved_bytes; null where this
+// is not implemented). They hold the calling function's caller's values as long as the calling
+// function made this call its last and reused none of them before it (a forwarding function,
+// compiled to a tail call). A conservative scan made from fn then sees the pointers that the
+// caller keeps only in those registers, which fn's prologue may save in fn's own frame, below
+// stack_start, before a register snapshot taken in fn could see them.
+using callee_saved_function = std::size_t (*)(const void* object, std::uintptr_t argument, void* result,
+                                              std::uintptr_t stack_start, const void* saved) noexcept;
+extern "C" std::size_t memkit_os_call_with_callee_saved(callee_saved_function fn, const void* object,
+                                                         std::uintptr_t argument, void* result,
+                                                         std::uintptr_t stack_start) noexcept;
+inline constexpr auto& call_with_callee_saved = memkit_os_call_with_callee_saved;
+#if defined(__linux__) && defined(__x86_64__)
+inline constexpr std::size_t callee_saved_bytes = 6 * sizeof(void*);  // rbx, rbp, r12-r15
+#else
+inline constexpr std::size_t callee_saved_bytes = 0;
+#endif
+
 // The calling thread's registers, for a conservative scan that treats whatever they hold as
 // possible pointers. Only the callee-saved registers matter: they can carry the caller's pointers.
 #if defined(_WIN32)

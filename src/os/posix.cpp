@@ -461,6 +461,79 @@ std::uint64_t monotonic_ms() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000u + static_cast<std::uint64_t>(ts.tv_nsec) / 1000000u;
 }
 
+#if defined(__linux__) && defined(__x86_64__)
+// Pushes rbx, rbp and r12-r15 (the System V ABI's callee-saved registers), keeps the stack aligned
+// for the call, and calls fn(object, argument, result, stack_start, saved) with `saved` the
+// address of the six pushed words. Written in assembly: a C++ function's prologue may save and
+// reuse those registers before any statement of its body runs.
+__asm__(R"(
+  .text
+  .p2align 4
+  .globl memkit_os_call_with_callee_saved
+  .hidden memkit_os_call_with_callee_saved
+  .type memkit_os_call_with_callee_saved, @function
+memkit_os_call_with_callee_saved:
+  .cfi_startproc
+  endbr64
+  pushq %rbx
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %rbx, 0
+  pushq %rbp
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %rbp, 0
+  pushq %r12
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r12, 0
+  pushq %r13
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r13, 0
+  pushq %r14
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r14, 0
+  pushq %r15
+  .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r15, 0
+  subq $8, %rsp
+  .cfi_adjust_cfa_offset 8
+  movq %rdi, %rax
+  movq %rsi, %rdi
+  movq %rdx, %rsi
+  movq %rcx, %rdx
+  movq %r8, %rcx
+  leaq 8(%rsp), %r8
+  call *%rax
+  addq $8, %rsp
+  .cfi_adjust_cfa_offset -8
+  popq %r15
+  .cfi_adjust_cfa_offset -8
+  .cfi_restore %r15
+  popq %r14
+  .cfi_adjust_cfa_offset -8
+  .cfi_restore %r14
+  popq %r13
+  .cfi_adjust_cfa_offset -8
+  .cfi_restore %r13
+  popq %r12
+  .cfi_adjust_cfa_offset -8
+  .cfi_restore %r12
+  popq %rbp
+  .cfi_adjust_cfa_offset -8
+  .cfi_restore %rbp
+  popq %rbx
+  .cfi_adjust_cfa_offset -8
+  .cfi_restore %rbx
+  ret
+  .cfi_endproc
+  .size memkit_os_call_with_callee_saved, .-memkit_os_call_with_callee_saved
+)");
+#else
+extern "C" std::size_t memkit_os_call_with_callee_saved(callee_saved_function fn, const void* object,
+                                                         std::uintptr_t argument, void* result,
+                                                         std::uintptr_t stack_start) noexcept {
+  return fn(object, argument, result, stack_start, nullptr);
+}
+#endif
+
 std::uint64_t thread_cpu_ns() noexcept {
   timespec ts{};
   if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;

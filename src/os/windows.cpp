@@ -379,6 +379,14 @@ status at_fork(void (*)(), void (*)(), void (*)()) noexcept { return status::fai
 // CLOCK_MONOTONIC_COARSE; QueryPerformanceCounter would be finer and slower than purging needs.
 std::uint64_t monotonic_ms() noexcept { return static_cast<std::uint64_t>(::GetTickCount64()); }
 
+// Windows x64 saves more registers (rdi, rsi and xmm6-15 besides rbx, rbp, r12-r15): not
+// implemented, fn gets no saved registers (callee_saved_bytes is 0).
+extern "C" std::size_t memkit_os_call_with_callee_saved(callee_saved_function fn, const void* object,
+                                                         std::uintptr_t argument, void* result,
+                                                         std::uintptr_t stack_start) noexcept {
+  return fn(object, argument, result, stack_start, nullptr);
+}
+
 std::uint64_t thread_cpu_ns() noexcept {
   FILETIME created, exited, kernel, user;
   if (!::GetThreadTimes(::GetCurrentThread(), &created, &exited, &kernel, &user)) return 0;
