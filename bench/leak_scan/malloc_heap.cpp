@@ -34,7 +34,15 @@
 // possibly lost (blocks reached only through interior pointers) apart. --no-count skips the
 // extra checks.
 //
+// Same work for every checker: the lost heaps must hold no address the process still keeps. The
+// stack below the check is cleared of the fill's dead frames (heap_shapes.hpp); stdout's buffer is
+// static, not a malloc block whose one-past-the-end pointer would be a heap block's address; and
+// under valgrind the heap is moved from the low addresses where valgrind puts it, among numbers
+// that look like pointers into it (see valgrind_heap_start; --low-heap leaves it there, as a
+// user's program has it: the lost heaps then come out mostly "possibly lost").
+//
 //   memkit-leak-scan-malloc-heap [--gib G] [--block B] [--repeat N] [--only NAME] [--no-count]
+//                                [--low-heap]
 // tools/leak-scan-peers builds it for each checker, runs it and tabulates the figures.
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -51,6 +59,7 @@
 #include <random>
 #include <string>
 #include <strings.h>
+#include <utility>
 #include <vector>
 
 #include "heap_shapes.hpp"
@@ -113,14 +122,73 @@ std::string take_text(int fd) {
   return text;
 }
 
+// Where valgrind's heap goes unless --low-heap: 13.25 GiB. valgrind puts the client's heap low
+// (from about 77 MiB up), where numbers every process keeps look like pointers into it: the ELF
+// hashes of the symbol versions in the dynamic loader's tables (GLIBC_2.34 hashes to 0x69691b4,
+// CXXABI_1.3 to 0x56bafd3); and just above a multiple of 4 GiB, two small 32-bit numbers side by
+// side in the libraries' data (0x1'0000009a, found in valgrind's own preload library). One inside
+// a block of a lost heap makes valgrind call that block, and every block it reaches, "possibly
+// lost" (an interior pointer from the roots) instead of lost: other work than the other checkers
+// do (found with valgrind's who_points_at). At 0x3'5000'0000 a false pointer would need a 32-bit
+// number near 1.3 billion beside a 3.
+constexpr std::uintptr_t valgrind_heap_start = std::uintptr_t{0x35} << 28;
+
+// Maps every free range of 1 MiB or more below valgrind_heap_start, inaccessible and without
+// memory behind it, so that the malloc's new pools land above.
+std::vector<std::pair<void*, std::size_t>> reserve_low_addresses() {
+  std::vector<std::pair<void*, std::size_t>> reserved;
+  reserved.reserve(1 << 12);
+  for (std::size_t length = std::size_t{1} << 30; length >= std::size_t{1} << 20 && reserved.size() < (1 << 12);) {
+    void* p = ::mmap(nullptr, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      length /= 2;
+    } else if (reinterpret_cast<std::uintptr_t>(p) + length > valgrind_heap_start) {
+      ::munmap(p, length);
+      length /= 2;
+    } else {
+      reserved.emplace_back(p, length);
+    }
+  }
+  return reserved;
+}
+
+// Takes what is left below valgrind_heap_start in the malloc's existing pools, in the smallest
+// blocks, chained through their first word; returns the chain. Gives up after 64 MiB of them (the
+// address space was not all reserved): the heap then stays partly low.
+void* fill_low_pools() {
+  void* chain = nullptr;
+  for (std::size_t n = 0;; ++n) {
+    void* p = n < (std::size_t{1} << 22) ? std::malloc(16) : nullptr;
+    if (p == nullptr || reinterpret_cast<std::uintptr_t>(p) >= valgrind_heap_start) {
+      if (p == nullptr) std::fprintf(stderr, "valgrind: the heap could not be moved above %#zx\n",
+                                     static_cast<std::size_t>(valgrind_heap_start));
+      std::free(p);
+      return chain;
+    }
+    *static_cast<void**>(p) = chain;
+    chain = p;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const options o = parse_options(argc, argv);
+  // stdout's buffer would otherwise be a malloc block, and the FILE's pointer one past its end the
+  // address of the next block of its size class: one of the heap's when --block is its size
+  // (LeakSanitizer's allocator), which would make that block, and all it points to, reachable.
+  static char stdout_buffer[1 << 12];
+  std::setvbuf(stdout, stdout_buffer, _IOFBF, sizeof stdout_buffer);
+  // This program's own flags stand alone; the shared ones come in pairs.
   bool count_lost = true;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--no-count") == 0) count_lost = false;
+  bool reserve_low = true;
+  std::vector<char*> shared_flags;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && std::strcmp(argv[i], "--no-count") == 0) count_lost = false;
+    else if (i > 0 && std::strcmp(argv[i], "--low-heap") == 0) reserve_low = false;
+    else shared_flags.push_back(argv[i]);
   }
+  const options o = parse_options(static_cast<int>(shared_flags.size()), shared_flags.data());
+  shared_flags = {};
   const int null_fd = ::open("/dev/null", O_WRONLY);
   const int text_fd = ::memfd_create("leak-report", MFD_CLOEXEC);  // reports read back for the counts
   if (null_fd < 0 || text_fd < 0) {
@@ -165,12 +233,26 @@ int main(int argc, char** argv) {
   const std::vector<std::size_t> sizes = block_sizes(o, random, allocated);
   const std::size_t count = sizes.size();
   std::vector<void**> blocks(count);
+  // Under valgrind, the heap goes high unless --low-heap (see valgrind_heap_start); the address
+  // space and pool space taken for that are given back once the blocks are made.
+  std::vector<std::pair<void*, std::size_t>> reserved;
+  void* fillers = nullptr;
+  if (which == checker::valgrind && reserve_low) {
+    reserved = reserve_low_addresses();
+    fillers = fill_low_pools();
+  }
   for (std::size_t i = 0; i < count; ++i) {
     blocks[i] = static_cast<void**>(std::malloc(sizes[i]));
     if (blocks[i] == nullptr) {
       std::fprintf(stderr, "out of memory\n");
       return 1;
     }
+  }
+  for (const auto& [address, length] : reserved) ::munmap(address, length);
+  while (fillers != nullptr) {
+    void* next = *static_cast<void**>(fillers);
+    std::free(fillers);
+    fillers = next;
   }
   const double live_gib = gib_of(allocated);
   print_live_heap(o, sizes, allocated, "malloc");
