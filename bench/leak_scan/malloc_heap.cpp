@@ -57,7 +57,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <string>
 #include <strings.h>
 #include <utility>
 #include <vector>
@@ -111,15 +110,35 @@ bool memkit_debug_mode() {
   return false;
 }
 
-// The text written to `fd` so far; empties it.
-std::string take_text(int fd) {
-  std::string text;
-  char buffer[1 << 16];
-  ::lseek(fd, 0, SEEK_SET);
-  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+// The end of the text written to `fd` so far (the last report's summary), NUL-terminated, in a
+// static buffer; empties the file. No malloc: a block freed now could be reused, and a stale copy
+// of its address stay on the stack, or its one-past-the-end address be a heap block's.
+const char* take_report_tail(int fd) {
+  static char tail[1 << 14];
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  const off_t length = std::min<off_t>(size, sizeof tail - 1);
+  const ssize_t n = length > 0 ? ::pread(fd, tail, static_cast<std::size_t>(length), size - length) : 0;
+  tail[n > 0 ? n : 0] = '\0';
   if (::ftruncate(fd, 0) != 0) std::perror("ftruncate");
   ::lseek(fd, 0, SEEK_SET);
-  return text;
+  return tail;
+}
+
+// The last occurrence of `what` in `text`, or nullptr.
+const char* find_last(const char* text, const char* what) {
+  const char* last = nullptr;
+  for (const char* at = std::strstr(text, what); at != nullptr; at = std::strstr(at + 1, what)) last = at;
+  return last;
+}
+
+// Makes the heap's blocks, sizes[i] bytes each, into `blocks`. Not inlined: the addresses it
+// handles die with its frame, which scrub_stack() clears, rather than linger in main's.
+[[gnu::noinline]] bool allocate_blocks(std::vector<void**>& blocks, const std::vector<std::size_t>& sizes) {
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    blocks[i] = static_cast<void**>(std::malloc(sizes[i]));
+    if (blocks[i] == nullptr) return false;
+  }
+  return true;
 }
 
 // Where valgrind's heap goes unless --low-heap: 13.25 GiB. valgrind puts the client's heap low
@@ -181,14 +200,13 @@ int main(int argc, char** argv) {
   // This program's own flags stand alone; the shared ones come in pairs.
   bool count_lost = true;
   bool reserve_low = true;
-  std::vector<char*> shared_flags;
-  for (int i = 0; i < argc; ++i) {
-    if (i > 0 && std::strcmp(argv[i], "--no-count") == 0) count_lost = false;
-    else if (i > 0 && std::strcmp(argv[i], "--low-heap") == 0) reserve_low = false;
-    else shared_flags.push_back(argv[i]);
+  int shared = 1;  // argv is compacted in place (a vector would be a malloc block)
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--no-count") == 0) count_lost = false;
+    else if (std::strcmp(argv[i], "--low-heap") == 0) reserve_low = false;
+    else argv[shared++] = argv[i];
   }
-  const options o = parse_options(static_cast<int>(shared_flags.size()), shared_flags.data());
-  shared_flags = {};
+  const options o = parse_options(shared, argv);
   const int null_fd = ::open("/dev/null", O_WRONLY);
   const int text_fd = ::memfd_create("leak-report", MFD_CLOEXEC);  // reports read back for the counts
   if (null_fd < 0 || text_fd < 0) {
@@ -241,12 +259,9 @@ int main(int argc, char** argv) {
     reserved = reserve_low_addresses();
     fillers = fill_low_pools();
   }
-  for (std::size_t i = 0; i < count; ++i) {
-    blocks[i] = static_cast<void**>(std::malloc(sizes[i]));
-    if (blocks[i] == nullptr) {
-      std::fprintf(stderr, "out of memory\n");
-      return 1;
-    }
+  if (!allocate_blocks(blocks, sizes)) {
+    std::fprintf(stderr, "out of memory\n");
+    return 1;
   }
   for (const auto& [address, length] : reserved) ::munmap(address, length);
   while (fillers != nullptr) {
@@ -302,13 +317,12 @@ int main(int argc, char** argv) {
       long long lost = -1;
       if (which == checker::memkit) {
         check(text_fd);
-        const std::string text = take_text(text_fd);
-        const std::size_t at = text.rfind("leak summary: ");
+        const char* at = find_last(take_report_tail(text_fd), "leak summary: ");
         long long definitely = 0;
         long long indirectly = 0;
-        if (at == std::string::npos) {
+        if (at == nullptr) {
           lost = 0;  // no summary: nothing lost
-        } else if (std::sscanf(text.c_str() + at,
+        } else if (std::sscanf(at,
                                "leak summary: definitely lost: %*u bytes in %lld blocks; indirectly lost: %*u bytes "
                                "in %lld blocks",
                                &definitely, &indirectly) == 2) {
@@ -322,13 +336,12 @@ int main(int argc, char** argv) {
         if (__sanitizer_set_report_fd != nullptr) {
           __sanitizer_set_report_fd(reinterpret_cast<void*>(std::intptr_t{null_fd}));
         }
-        const std::string text = take_text(text_fd);
-        const std::size_t at = text.rfind("SUMMARY: LeakSanitizer: ");
+        const char* at = find_last(take_report_tail(text_fd), "SUMMARY: LeakSanitizer: ");
         long long allocations = 0;
         if (!leaks) {
           lost = 0;
-        } else if (at != std::string::npos &&
-                   std::sscanf(text.c_str() + at, "SUMMARY: LeakSanitizer: %*u byte(s) leaked in %lld allocation(s)",
+        } else if (at != nullptr &&
+                   std::sscanf(at, "SUMMARY: LeakSanitizer: %*u byte(s) leaked in %lld allocation(s)",
                                &allocations) == 1) {
           lost = allocations;
         }
