@@ -415,7 +415,9 @@ TEST(general_allocator_debug, leak_summary_says_what_the_scan_and_the_writing_co
   in_fresh_process([] {
   general_allocator::leak_summary summary;
   std::uint64_t around = 0;
-  const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
+  general_allocator::options o = debug_options();
+  o.report_cost = true;
+  const std::string text = capture_report(o, [&](general_allocator& a) {
     leak_in_a_loop(a, 5000);
     const std::uint64_t before = thread_cpu_ns();
     (void)a.report_leaks(a.current_options().report_fd, summary);
@@ -428,6 +430,11 @@ TEST(general_allocator_debug, leak_summary_says_what_the_scan_and_the_writing_co
   EXPECT_GT(summary.scan_cpu_ns, 0u);
   EXPECT_GT(summary.writing_cpu_ns, 0u);
   EXPECT_LE(summary.scan_cpu_ns + summary.writing_cpu_ns, around);
+  // options::report_cost: the same figures, in a line after the summary.
+  EXPECT_NE(text.find("\nmemkit: leak scan: 5000 live blocks, 40000 bytes, " + std::to_string(summary.root_bytes) +
+                      " bytes of roots; CPU: scan "),
+            std::string::npos)
+      << text.substr(text.size() > 2000 ? text.size() - 2000 : 0);
   });
 }
 

@@ -92,6 +92,9 @@ class general_allocator final : public allocator {
     report_format format = report_format::text;
     // Leak reports also list the blocks still reachable (by default only the lost ones).
     bool report_reachable = false;
+    // Each leak report ends with a line of what it cost: the live heap, the other memory read as
+    // roots, and the CPU time of the scan and of the writing (the leak_summary's fields).
+    bool report_cost = false;
     // Leak suppressions: lines `leak:NAME`, NAME matching (with `*` wildcards) part of a
     // function or object name anywhere in the allocation stack. Not copied: must outlive use.
     const char* suppressions = nullptr;

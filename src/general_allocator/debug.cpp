@@ -655,43 +655,73 @@ static std::size_t report_live_pages(const general_allocator::impl* im, int fd) 
   return count;
 }
 
-std::size_t general_allocator::report_leaks(int fd) const noexcept {
-  leak_summary summary;
-  return report_leaks(fd, summary);
-}
-
 namespace {
 
-// The report proper, reached through os::call_with_callee_saved from report_leaks (below), which
-// stored the caller's callee-saved registers at `saved` first: this function's prologue may save
-// them in its own frame, below the scanned stack, and reuse them before the snapshot below.
-[[gnu::noinline]] std::size_t report_leaks_of(const void* allocator, std::uintptr_t fd_value, void* result,
-                                              std::uintptr_t stack_start, const void* saved) noexcept {
-  auto* im = const_cast<general_allocator::impl*>(static_cast<const general_allocator::impl*>(allocator));
-  auto& summary = *static_cast<general_allocator::leak_summary*>(result);
-  const auto fd = static_cast<int>(fd_value);
+// options::report_cost's line (kind "leak-scan" in JSON).
+void report_cost(int fd, general_allocator::report_format format, const general_allocator::leak_summary& s) noexcept {
+  const std::size_t blocks = s.definitely_lost_blocks + s.indirectly_lost_blocks + s.reachable_blocks + s.suppressed_blocks;
+  const std::size_t bytes = s.definitely_lost_bytes + s.indirectly_lost_bytes + s.reachable_bytes + s.suppressed_bytes;
+  const auto ms = [](std::uint64_t ns) { return static_cast<unsigned long long>(ns / 1000000u); };
+  const auto ms_fraction = [](std::uint64_t ns) { return static_cast<unsigned long long>(ns / 1000u % 1000u); };
+  report_writer out(fd, format);
+  out.begin("leak-scan", nullptr, 0,
+            "leak scan: %zu live blocks, %zu bytes, %zu bytes of roots; CPU: scan %llu.%03llu ms, writing %llu.%03llu ms",
+            blocks, bytes, s.root_bytes, ms(s.scan_cpu_ns), ms_fraction(s.scan_cpu_ns), ms(s.writing_cpu_ns),
+            ms_fraction(s.writing_cpu_ns));
+  out.number("live_blocks", blocks);
+  out.number("live_bytes", bytes);
+  out.number("root_bytes", s.root_bytes);
+  out.number("scan_cpu_ns", static_cast<std::size_t>(s.scan_cpu_ns));
+  out.number("writing_cpu_ns", static_cast<std::size_t>(s.writing_cpu_ns));
+  out.end();
+}
+
+// The report proper, below the frame of report_leaks_of.
+[[gnu::noinline]] std::size_t report_leaks_from(general_allocator::impl* im, int fd,
+                                                general_allocator::leak_summary& summary, std::uintptr_t stack_start,
+                                                const void* saved) noexcept {
   summary = general_allocator::leak_summary{};
   if (im == nullptr) return 0;
   im->check_quarantine();
-  if (!im->self->current_options().debug) return report_live_pages(im, fd);
+  const general_allocator::options& o = im->self->current_options();
+  if (!o.debug) return report_live_pages(im, fd);
   // The snapshot leaves out the argument registers, which hold whatever the last calls left there.
   os::register_snapshot registers;
   MEMKIT_OS_CAPTURE_REGISTERS(registers);
   const std::size_t lost = im->report_lost_blocks(fd, &registers, sizeof registers, saved,
                                                   saved != nullptr ? os::callee_saved_bytes : 0, stack_start, summary);
+  if (o.report_cost) report_cost(fd, o.format, summary);
   __asm__ volatile("" : : "r"(&registers) : "memory");  // keeps the frame (no tail call)
   return lost;
+}
+
+// Reached through os::call_with_callee_saved from report_leaks (below), which stored the caller's
+// callee-saved registers at `saved` first: the prologues from here on may save them in their own
+// frames, below the scanned stack, and reuse them before the register snapshot is taken. `result`
+// is the caller's leak_summary, or null when the caller wants none.
+std::size_t report_leaks_of(const void* allocator, std::uintptr_t fd, void* result, std::uintptr_t stack_start,
+                            const void* saved) noexcept {
+  general_allocator::leak_summary unused;
+  return report_leaks_from(const_cast<general_allocator::impl*>(static_cast<const general_allocator::impl*>(allocator)),
+                           static_cast<int>(fd),
+                           result != nullptr ? *static_cast<general_allocator::leak_summary*>(result) : unused,
+                           stack_start, saved);
 }
 
 }  // namespace
 
 // The roots of the calling thread: the caller's stack from above this frame's return address and
 // the argument home space the caller reserved for it (Windows x64), its callee-saved registers
-// (stored by os::call_with_callee_saved before anything here could reuse them: this function only
-// forwards, in a tail call), and the registers report_leaks_of sees. Neither the scan's own
-// frames (which hold block addresses while it runs) nor slots this call left unwritten (which
-// still hold what the caller's returned callees left there, such as a block the caller just
-// lost) are taken as roots.
+// (stored by os::call_with_callee_saved before anything here could reuse them: both overloads only
+// forward, in a tail call, and keep nothing in a frame of their own), and the registers
+// report_leaks_of sees. Neither the scan's own frames (which hold block addresses while it runs)
+// nor slots this call left unwritten (which still hold what the caller's returned callees left
+// there, such as a block the caller just lost) are taken as roots.
+[[gnu::noinline]] std::size_t general_allocator::report_leaks(int fd) const noexcept {
+  return os::call_with_callee_saved(&report_leaks_of, impl_, static_cast<std::uintptr_t>(fd), nullptr,
+                                    MEMKIT_OS_CALLER_STACK_START());
+}
+
 [[gnu::noinline]] std::size_t general_allocator::report_leaks(int fd, leak_summary& summary) const noexcept {
   return os::call_with_callee_saved(&report_leaks_of, impl_, static_cast<std::uintptr_t>(fd), &summary,
                                     MEMKIT_OS_CALLER_STACK_START());

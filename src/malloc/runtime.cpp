@@ -4,7 +4,6 @@
 #include "memkit/detail/stack_trace.hpp"
 #include "memkit/os.hpp"
 #include "../os/platform.hpp"
-#include "../report.hpp"
 
 #include <cerrno>
 #include <cstdint>
@@ -123,6 +122,7 @@ void configure_from_environment() noexcept {
   options.debug = chosen.debug;
   options.report_fd = chosen.report_fd;
   options.report_reachable = all_leaks;
+  options.report_cost = chosen.statistics;  // in debug mode: what each leak report cost
   if (const char* format = variable("MEMKIT_REPORT_FORMAT"); format != nullptr && equals_ignoring_case(format, "json")) {
     options.format = general_allocator::report_format::json;
   }
@@ -153,30 +153,6 @@ void before_fork() noexcept { general_allocator::global().prepare_fork(); }
 void after_fork_in_parent() noexcept { general_allocator::global().after_fork_parent(); }
 void after_fork_in_child() noexcept { general_allocator::global().after_fork_child(); }
 
-// The leak report; with MEMKIT_STATS also what it cost, in a line of its own (kind "leak-scan"):
-// the live heap it looked at, the other memory it read as roots, and the CPU time of its scan and
-// of its writing.
-void report_leaks(general_allocator& allocator, int fd) noexcept {
-  general_allocator::leak_summary s;
-  (void)allocator.report_leaks(fd, s);
-  if (!chosen.statistics || !allocator.current_options().debug) return;
-  const std::size_t blocks = s.definitely_lost_blocks + s.indirectly_lost_blocks + s.reachable_blocks + s.suppressed_blocks;
-  const std::size_t bytes = s.definitely_lost_bytes + s.indirectly_lost_bytes + s.reachable_bytes + s.suppressed_bytes;
-  const auto ms = [](std::uint64_t ns) { return static_cast<unsigned long long>(ns / 1000000u); };
-  const auto ms_fraction = [](std::uint64_t ns) { return static_cast<unsigned long long>(ns / 1000u % 1000u); };
-  diagnostics::report_writer out(fd, allocator.current_options().format);
-  out.begin("leak-scan", nullptr, 0,
-            "leak scan: %zu live blocks, %zu bytes, %zu bytes of roots; CPU: scan %llu.%03llu ms, writing %llu.%03llu ms",
-            blocks, bytes, s.root_bytes, ms(s.scan_cpu_ns), ms_fraction(s.scan_cpu_ns), ms(s.writing_cpu_ns),
-            ms_fraction(s.writing_cpu_ns));
-  out.number("live_blocks", blocks);
-  out.number("live_bytes", bytes);
-  out.number("root_bytes", s.root_bytes);
-  out.number("scan_cpu_ns", static_cast<std::size_t>(s.scan_cpu_ns));
-  out.number("writing_cpu_ns", static_cast<std::size_t>(s.writing_cpu_ns));
-  out.end();
-}
-
 // Runs when the process exits (or the library is unloaded), after the program's own destructors:
 // the statistics and leak reports see the final state.
 __attribute__((destructor)) void report_at_exit() noexcept {
@@ -186,7 +162,7 @@ __attribute__((destructor)) void report_at_exit() noexcept {
     // The pool libstdc++ allocates at start-up and keeps for the whole run is not a leak of the
     // program's; give it back first so that the report lists only the program's blocks.
     if (__gnu_cxx::__freeres != nullptr) __gnu_cxx::__freeres();
-    report_leaks(general_allocator::global(), chosen.report_fd);
+    general_allocator::global().report_leaks(chosen.report_fd);
   }
 }
 
@@ -223,5 +199,5 @@ MEMKIT_MALLOC_EXPORT void memkit_malloc_print_statistics(int fd) noexcept {
   memkit::malloc_runtime::heap().print_statistics(fd);
 }
 MEMKIT_MALLOC_EXPORT void memkit_malloc_report_leaks(int fd) noexcept {
-  memkit::malloc_runtime::report_leaks(memkit::malloc_runtime::heap(), fd);
+  memkit::malloc_runtime::heap().report_leaks(fd);
 }
