@@ -717,12 +717,13 @@ std::size_t report_leaks_of(const void* allocator, std::uintptr_t fd, void* resu
 // report_leaks_of sees. Neither the scan's own frames (which hold block addresses while it runs)
 // nor slots this call left unwritten (which still hold what the caller's returned callees left
 // there, such as a block the caller just lost) are taken as roots.
-[[gnu::noinline]] std::size_t general_allocator::report_leaks(int fd) const noexcept {
+[[gnu::noinline]] MEMKIT_OS_FORWARDS_CALLEE_SAVED std::size_t general_allocator::report_leaks(int fd) const noexcept {
   return os::call_with_callee_saved(&report_leaks_of, impl_, static_cast<std::uintptr_t>(fd), nullptr,
                                     MEMKIT_OS_CALLER_STACK_START());
 }
 
-[[gnu::noinline]] std::size_t general_allocator::report_leaks(int fd, leak_summary& summary) const noexcept {
+[[gnu::noinline]] MEMKIT_OS_FORWARDS_CALLEE_SAVED std::size_t general_allocator::report_leaks(int fd,
+                                                                                             leak_summary& summary) const noexcept {
   return os::call_with_callee_saved(&report_leaks_of, impl_, static_cast<std::uintptr_t>(fd), &summary,
                                     MEMKIT_OS_CALLER_STACK_START());
 }

@@ -152,6 +152,17 @@ extern "C" std::size_t memkit_os_call_with_callee_saved(callee_saved_function fn
                                                          std::uintptr_t argument, void* result,
                                                          std::uintptr_t stack_start) noexcept;
 inline constexpr auto& call_with_callee_saved = memkit_os_call_with_callee_saved;
+// For a function that only forwards to call_with_callee_saved: no sanitizer hooks, whose calls
+// (ThreadSanitizer's at entry and exit) would make it keep its arguments in callee-saved
+// registers, reusing the ones it must pass on untouched.
+#if defined(__has_attribute)
+#if __has_attribute(disable_sanitizer_instrumentation)
+#define MEMKIT_OS_FORWARDS_CALLEE_SAVED __attribute__((disable_sanitizer_instrumentation))
+#endif
+#endif
+#ifndef MEMKIT_OS_FORWARDS_CALLEE_SAVED
+#define MEMKIT_OS_FORWARDS_CALLEE_SAVED
+#endif
 #if defined(__linux__) && defined(__x86_64__)
 inline constexpr std::size_t callee_saved_bytes = 6 * sizeof(void*);  // rbx, rbp, r12-r15
 #else
