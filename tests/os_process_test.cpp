@@ -1,10 +1,20 @@
 // The os layer's view of the process's own address space (src/os/process.hpp, internal), which
-// debug mode's leak scan walks: regions with their access, copies that do not fault, residency.
+// debug mode's leak scan walks: regions with their access, copies and probes that do not fault,
+// residency, the number of threads.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
+
+#if !defined(_WIN32)
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "../src/os/process.hpp"
 #include "memkit/os.hpp"
@@ -128,5 +138,119 @@ TEST(os_process, resident_pages_marks_the_pages_written) {
   EXPECT_FALSE(process::resident_pages(bytes, 4 * page, resident).ok());
 #endif
 }
+
+TEST(os_process, readable_prefix_stops_before_the_first_page_that_cannot_be_read) {
+  const std::size_t page = page_size();
+  auto mapped = memkit::os::map(3 * page);
+  ASSERT_TRUE(mapped.ok());
+  auto* bytes = static_cast<unsigned char*>(mapped.value());
+  ASSERT_TRUE(memkit::os::decommit(bytes + page, page).ok());  // the middle page: no access
+  const auto first = process::readable_prefix(bytes, 3 * page);
+  if (!first.ok()) GTEST_SKIP() << "the system cannot tell: " << memkit::os::error_message(first.error());
+  EXPECT_EQ(first.value(), page);
+  EXPECT_EQ(process::readable_prefix(bytes + 10, 3 * page - 10).value(), page - 10) << "from inside a page";
+  EXPECT_EQ(process::readable_prefix(bytes, page / 2).value(), page / 2) << "never more than asked";
+  EXPECT_EQ(process::readable_prefix(bytes + page, 2 * page).value(), 0u) << "an unreadable first page";
+  EXPECT_EQ(process::readable_prefix(bytes + 2 * page, page).value(), page);
+  (void)memkit::os::release(mapped.value(), 3 * page);
+  auto reserved = memkit::os::reserve(page);
+  ASSERT_TRUE(reserved.ok());
+  EXPECT_EQ(process::readable_prefix(reserved.value(), page).value(), 0u);
+  (void)memkit::os::release(reserved.value(), page);
+}
+
+TEST(os_process, thread_count_counts_the_threads_running) {
+  std::thread([] {}).join();  // a runtime that starts a thread of its own with the first (TSan's) has now
+  const auto before = process::thread_count();
+  if (!before.ok()) GTEST_SKIP() << "the system cannot tell: " << memkit::os::error_message(before.error());
+  EXPECT_GE(before.value(), 1u);
+  std::atomic<bool> started{false};
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    started = true;
+    while (!stop) std::this_thread::yield();
+  });
+  while (!started) std::this_thread::yield();
+  const auto during = process::thread_count();
+  stop = true;
+  other.join();
+  ASSERT_TRUE(during.ok());
+  EXPECT_EQ(during.value(), before.value() + 1);
+}
+
+#if !defined(_WIN32)
+// Pages that are mapped and listed readable but fault when read: a private file mapping's pages
+// past the end of its file (SIGBUS) and, where the kernel has them (Linux 6.13), guard regions
+// inside a readable mapping (SIGSEGV; /proc/self/maps does not show them).
+TEST(os_process, readable_prefix_stops_at_a_file_mappings_end_and_at_a_guard_region) {
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  std::vector<char> one_page(page, 'x');
+  ASSERT_EQ(std::fwrite(one_page.data(), 1, page, file), page);
+  ASSERT_EQ(std::fflush(file), 0);
+  void* mapped = ::mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE, ::fileno(file), 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  const auto file_prefix = process::readable_prefix(mapped, 3 * page);
+  if (!file_prefix.ok()) GTEST_SKIP() << "the system cannot tell: " << memkit::os::error_message(file_prefix.error());
+  EXPECT_EQ(file_prefix.value(), page) << "the pages past the file's end";
+  ::munmap(mapped, 3 * page);
+  std::fclose(file);
+
+  constexpr int guard_install = 102;  // MADV_GUARD_INSTALL, in headers of Linux 6.13 and later
+  void* anonymous = ::mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(anonymous, MAP_FAILED);
+  auto* bytes = static_cast<unsigned char*>(anonymous);
+  if (::madvise(bytes + page, page, guard_install) != 0) {
+    ::munmap(anonymous, 3 * page);
+    GTEST_SKIP() << "no guard regions in this kernel";
+  }
+  EXPECT_EQ(process::readable_prefix(bytes, 3 * page).value(), page);
+  EXPECT_EQ(process::readable_prefix(bytes + 2 * page, page).value(), page);
+  ::munmap(anonymous, 3 * page);
+}
+
+void programs_own_handler(int) {}
+
+// The probe catches its faults with handlers of its own while it runs: the program's handlers and
+// its signal mask (here with both faults blocked, which would kill a process that faults) are
+// what they were afterwards.
+TEST(os_process, readable_prefix_leaves_the_programs_fault_handlers_and_signal_mask_as_they_were) {
+  struct sigaction own {};
+  own.sa_handler = programs_own_handler;
+  sigemptyset(&own.sa_mask);
+  struct sigaction saved_segv {};
+  struct sigaction saved_bus {};
+  ASSERT_EQ(::sigaction(SIGSEGV, &own, &saved_segv), 0);
+  ASSERT_EQ(::sigaction(SIGBUS, &own, &saved_bus), 0);
+  sigset_t blocked;
+  sigset_t saved_mask;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGSEGV);
+  sigaddset(&blocked, SIGBUS);
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &blocked, &saved_mask), 0);
+
+  const std::size_t page = page_size();
+  auto mapped = memkit::os::map(2 * page);
+  ASSERT_TRUE(mapped.ok());
+  auto* bytes = static_cast<unsigned char*>(mapped.value());
+  ASSERT_TRUE(memkit::os::decommit(bytes + page, page).ok());
+  const auto prefix = process::readable_prefix(bytes, 2 * page);
+  (void)memkit::os::release(mapped.value(), 2 * page);
+
+  sigset_t mask_after;
+  ASSERT_EQ(::pthread_sigmask(SIG_SETMASK, &saved_mask, &mask_after), 0);
+  struct sigaction segv_after {};
+  struct sigaction bus_after {};
+  ASSERT_EQ(::sigaction(SIGSEGV, &saved_segv, &segv_after), 0);
+  ASSERT_EQ(::sigaction(SIGBUS, &saved_bus, &bus_after), 0);
+  if (!prefix.ok()) GTEST_SKIP() << "the system cannot tell: " << memkit::os::error_message(prefix.error());
+  EXPECT_EQ(prefix.value(), page);
+  EXPECT_EQ(sigismember(&mask_after, SIGSEGV), 1);
+  EXPECT_EQ(sigismember(&mask_after, SIGBUS), 1);
+  EXPECT_EQ(segv_after.sa_handler, &programs_own_handler);
+  EXPECT_EQ(bus_after.sa_handler, &programs_own_handler);
+}
+#endif
 
 }  // namespace

@@ -19,9 +19,12 @@
 //
 // Never scanned: segment memory (its headers point at every page's first block; free blocks hold
 // stale copies), the quarantine ring, the debug records, and the scan's own tables. Foreign
-// ranges are copied out by the os layer (os::process::read_memory), so a range unmapped between
-// reading the map and scanning it is skipped instead of crashing the report; memkit's own blocks
-// are read in place.
+// ranges (the roots) are read in place when the process has no other thread, as far as the os
+// layer, probing page by page, says they can be read (os::process::readable_prefix: no guard
+// region, no file page past its file's end); with other threads running they are copied out by
+// the os layer (os::process::read_memory), so a range another thread unmaps between reading the
+// map and scanning it is skipped instead of crashing the report. memkit's own blocks are read in
+// place.
 //
 // The cost is one lookup per word that could be an address (see visit()): a range filter, then a
 // table indexed by the address's 4 MiB chunk, a page entry, a multiplication for the block index
@@ -392,7 +395,11 @@ class leak_scanner {
   scratch copy_memory_;
   unsigned char* copy_ = nullptr;
   static constexpr std::size_t copy_bytes = std::size_t{256} << 10;
+  static constexpr std::size_t probe_bytes = std::size_t{1} << 20;  // read in place a MiB at a time
   bool direct_reads_ = false;
+  // No other thread runs (so none unmaps a root meanwhile): roots are read in place, which costs
+  // half what the copy does (a compiler's 174 MiB of its own heap: 45 against 83 ms).
+  bool single_threaded_ = false;
   // The mark a block gets when it is scanned: reachable in phase 1, indirectly lost in phase 2.
   std::uint8_t new_mark_ = reachable;
   // Phase 2: the mark of the clique's leader. A leader's reached bit stays clear: its own clique's
@@ -827,6 +834,21 @@ void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexce
     return;
   }
   const std::size_t page = os::page_size();
+  while (single_threaded_ && begin < end) {
+    const std::size_t n = std::min<std::size_t>(end - begin, probe_bytes);
+    const auto readable = os::process::readable_prefix(reinterpret_cast<const void*>(begin), n);
+    if (!readable) {
+      single_threaded_ = false;  // the system cannot tell: copy instead
+      break;
+    }
+    if (readable.value() > 0) {
+      const auto* at = reinterpret_cast<const unsigned char*>(begin);
+      scan(at, at + readable.value());
+      drain();
+      begin += readable.value();
+    }
+    if (readable.value() < n) begin = (begin | (page - 1)) + 1;  // unreadable page: skip it
+  }
   while (begin < end) {
     const std::size_t n = std::min<std::size_t>(end - begin, copy_bytes);
     const auto got = os::process::read_memory(reinterpret_cast<const void*>(begin), copy_, n);
@@ -1153,6 +1175,10 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
   std::sort(excluded_, excluded_ + excluded_count_,
             [](const address_range& a, const address_range& b) { return a.begin < b.begin; });
   stack_low_ = stack_low;
+  // (Under AddressSanitizer the roots hold bytes it poisoned, the redzones of globals and frames,
+  // which a read in place would report: copied there.)
+  const auto threads = os::process::thread_count();
+  single_threaded_ = !MEMKIT_HAS_ASAN && threads && threads.value() == 1;
   // Readable, writable, private. Shared mappings are skipped (a truncated file would fault).
   (void)os::process::for_each_region(
       [](const os::process::region& r, void* context) {

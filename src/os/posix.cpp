@@ -607,6 +607,8 @@ const char* environment_variable(const char* name) noexcept {
 // ---- the process's own address space (process.hpp), for debug mode's leak scan ----------------
 
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/uio.h>
 
 #include "process.hpp"
@@ -715,6 +717,100 @@ result<std::size_t> read_memory(const void* address, void* buffer, std::size_t b
   return result<std::size_t>::failure(errno);
 }
 
+// One byte of each system page read in place, under a handler of SIGSEGV and SIGBUS that jumps
+// back out of the fault (the way conservative collectors find the ends of their roots): where the
+// fault was is where the readable prefix ends. The handlers the program had, and its signal mask,
+// are back when this returns. Probing through the kernel instead (process_vm_readv, a byte a page)
+// costs more than copying the pages does. Only while no other thread runs: a fault of another
+// thread meanwhile would land in the handler below.
+namespace {
+
+sigjmp_buf* probe_return = nullptr;
+
+void probe_fault(int, siginfo_t*, void*) { siglongjmp(*probe_return, 1); }
+
+// Reads a byte of each page from `begin` on until `end` or a fault: where it stopped. (What lives
+// across sigsetjmp is volatile, so that the jump back finds it as the fault left it. The byte may
+// be one AddressSanitizer poisoned, a global's redzone: not checked.)
+[[gnu::noinline]] __attribute__((no_sanitize("address"))) std::uintptr_t probe_until_fault(std::uintptr_t begin,
+                                                                                       std::uintptr_t end,
+                                                                                       std::size_t page) noexcept {
+  volatile std::uintptr_t at = begin;
+  const volatile std::uintptr_t stop = end;
+  const volatile std::size_t step = page;
+  sigjmp_buf back;
+  probe_return = &back;
+  if (sigsetjmp(back, 1) == 0) {
+    while (at < stop) {
+      (void)*reinterpret_cast<const volatile char*>(at);
+      at = (at & ~(step - 1)) + step;
+    }
+  }
+  probe_return = nullptr;
+  return at;
+}
+
+}  // namespace
+
+result<std::size_t> readable_prefix(const void* address, std::size_t bytes) noexcept {
+  const std::size_t page = system_page_size();
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  const std::uintptr_t end = begin + bytes;
+  struct sigaction probe {};
+  probe.sa_sigaction = probe_fault;
+  probe.sa_flags = SA_SIGINFO;
+  sigemptyset(&probe.sa_mask);
+  struct sigaction old_segv {};
+  struct sigaction old_bus {};
+  sigset_t faults;
+  sigset_t old_mask;
+  sigemptyset(&faults);
+  sigaddset(&faults, SIGSEGV);
+  sigaddset(&faults, SIGBUS);
+  if (::sigaction(SIGSEGV, &probe, &old_segv) != 0) return result<std::size_t>::failure(errno);
+  if (::sigaction(SIGBUS, &probe, &old_bus) != 0) {
+    const int error = errno;
+    (void)::sigaction(SIGSEGV, &old_segv, nullptr);
+    return result<std::size_t>::failure(error);
+  }
+  (void)::pthread_sigmask(SIG_UNBLOCK, &faults, &old_mask);  // a blocked fault would kill the process
+  const std::uintptr_t at = probe_until_fault(begin, end, page);
+  (void)::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  (void)::sigaction(SIGBUS, &old_bus, nullptr);
+  (void)::sigaction(SIGSEGV, &old_segv, nullptr);
+  return at < end ? static_cast<std::size_t>(at - begin) : bytes;
+}
+
+// Field 20 of /proc/self/stat, counted after the last ')' (the command's name may hold spaces and
+// parentheses).
+result<std::size_t> thread_count() noexcept {
+  const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return result<std::size_t>::failure(errno);
+  char text[1024];
+  std::size_t length = 0;
+  int error = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, text + length, sizeof text - 1 - length);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = errno;
+    if (n <= 0) break;
+    length += static_cast<std::size_t>(n);
+    if (length == sizeof text - 1) break;
+  }
+  ::close(fd);
+  if (error != 0) return result<std::size_t>::failure(error);
+  text[length] = '\0';
+  const char* p = std::strrchr(text, ')');
+  if (p == nullptr) return result<std::size_t>::failure(EINVAL);
+  for (int field = 2; field < 20 && *p != '\0'; ++p) {
+    if (*p == ' ') ++field;
+  }
+  std::size_t threads = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) threads = threads * 10 + static_cast<std::size_t>(*p - '0');
+  if (threads == 0) return result<std::size_t>::failure(EINVAL);
+  return threads;
+}
+
 #else
 
 // Elsewhere no portable way to list mappings: the leak scan then has no roots beyond its caller's.
@@ -723,6 +819,10 @@ status for_each_region(region_visitor, void*) noexcept { return status::failure(
 result<std::size_t> read_memory(const void*, void*, std::size_t) noexcept {
   return result<std::size_t>::failure(ENOSYS);
 }
+
+result<std::size_t> readable_prefix(const void*, std::size_t) noexcept { return result<std::size_t>::failure(ENOSYS); }
+
+result<std::size_t> thread_count() noexcept { return result<std::size_t>::failure(ENOSYS); }
 
 #endif
 

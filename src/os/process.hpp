@@ -1,6 +1,6 @@
 // Internal: the calling process's own address space, as debug mode's leak scan needs it — which
-// regions are mapped and with what access, a copy of memory that may be unmapped meanwhile, and
-// which pages are resident. Implemented at the end of each platform's os file (posix.cpp,
+// regions are mapped and with what access, a copy of memory that may be unmapped meanwhile, how
+// much of a range can be read in place, which pages are resident, and how many threads run. Implemented at the end of each platform's os file (posix.cpp,
 // windows.cpp). Nothing here calls malloc: the leak scan runs inside the allocator, at exit.
 #pragma once
 
@@ -36,6 +36,17 @@ status for_each_region(region_visitor visit, void* context) noexcept;
 // when the first one is not). Fails (ENOSYS, EPERM, ...) when the system offers no safe copy here;
 // the caller then decides whether to read in place.
 result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept;
+
+// How many of the `bytes` from `address` on can be read in place now: the bytes before the first
+// page that is not mapped, not readable, or would fault when read (a guard region, a file
+// mapping's pages past the end of its file), probed without faulting. Fails (ENOSYS, EPERM, ...)
+// when the system cannot tell. Memory that another thread may unmap afterwards still faults: read
+// in place only while no other thread runs (thread_count()), else copy it with read_memory().
+result<std::size_t> readable_prefix(const void* address, std::size_t bytes) noexcept;
+
+// The number of threads of the process now (the caller included); fails where the system cannot
+// tell cheaply. Only the caller can make it grow: 1 stays 1 until the caller starts a thread.
+result<std::size_t> thread_count() noexcept;
 
 // One byte per page of [address, address + bytes) (address page-aligned): 1 when the page is
 // resident or committed (it may hold data), 0 when it was never touched or is swapped out.

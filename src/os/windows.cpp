@@ -20,6 +20,7 @@
 //   separate allocation that release() of the first would not free.
 #include "windows_api.hpp"  // first: the headers below need it
 #include <psapi.h>
+#include <tlhelp32.h>
 
 #include <malloc.h>
 
@@ -543,8 +544,8 @@ status for_each_region(region_visitor visit, void* context) noexcept {
 }
 
 // The committed, readable bytes from `address` on, at most `bytes`: one VirtualQuery per run of
-// pages in the same state.
-std::size_t readable_prefix(const void* address, std::size_t bytes) noexcept {
+// pages in the same state (a guard page, PAGE_GUARD, does not count as readable).
+std::size_t committed_readable_prefix(const void* address, std::size_t bytes) noexcept {
   const auto begin = reinterpret_cast<std::uintptr_t>(address);
   std::uintptr_t at = begin;
   while (at - begin < bytes) {
@@ -564,13 +565,34 @@ std::size_t readable_prefix(const void* address, std::size_t bytes) noexcept {
 // reads the process's memory through the host kernel, which ignores page protection, and would
 // hand back a decommitted or reserved page (as zeros) instead of stopping there.
 result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept {
-  bytes = readable_prefix(address, bytes);
+  bytes = committed_readable_prefix(address, bytes);
   if (bytes == 0) return std::size_t{0};
   SIZE_T got = 0;
   if (::ReadProcessMemory(::GetCurrentProcess(), address, buffer, bytes, &got) != 0) return std::size_t{got};
   const DWORD error = ::GetLastError();
   if (error == ERROR_PARTIAL_COPY || error == ERROR_NOACCESS) return std::size_t{got};
   return result<std::size_t>::failure(static_cast<int>(error));
+}
+
+result<std::size_t> readable_prefix(const void* address, std::size_t bytes) noexcept {
+  return committed_readable_prefix(address, bytes);
+}
+
+// The threads of a Toolhelp snapshot that belong to this process.
+result<std::size_t> thread_count() noexcept {
+  const HANDLE snapshot = ::CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
+  if (snapshot == INVALID_HANDLE_VALUE) return result<std::size_t>::failure(static_cast<int>(::GetLastError()));
+  const DWORD self = ::GetCurrentProcessId();
+  THREADENTRY32 entry;
+  entry.dwSize = sizeof entry;
+  std::size_t threads = 0;
+  for (BOOL more = ::Thread32First(snapshot, &entry); more != 0; more = ::Thread32Next(snapshot, &entry)) {
+    if (entry.th32OwnerProcessID == self) ++threads;
+    entry.dwSize = sizeof entry;
+  }
+  ::CloseHandle(snapshot);
+  if (threads == 0) return result<std::size_t>::failure(ERROR_INVALID_DATA);
+  return threads;
 }
 
 // Committed pages may hold data (Windows has no cheap residency query short of the working set
