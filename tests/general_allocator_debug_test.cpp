@@ -660,8 +660,17 @@ struct roots_beside_faults {
   r.file_mapping = mmap(nullptr, 3 * r.page, PROT_READ | PROT_WRITE, MAP_PRIVATE, fileno(file), 0);
   EXPECT_NE(r.file_mapping, MAP_FAILED);
   std::fclose(file);  // the mapping keeps the file
-  r.anonymous = mmap(nullptr, 3 * r.page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  EXPECT_NE(r.anonymous, MAP_FAILED);
+  // At a multiple of 1 MiB (the largest MEMKIT_PAGE_SIZE), so that the page past the guard lies
+  // inside the guard's os::page_size() page whatever that is: a scan that skipped a whole one of
+  // those, not the system's page, would miss it.
+  constexpr std::size_t largest_page = std::size_t{1} << 20;
+  void* reserved = mmap(nullptr, largest_page + 3 * r.page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  EXPECT_NE(reserved, MAP_FAILED);
+  const auto base = reinterpret_cast<std::uintptr_t>(reserved);
+  const std::uintptr_t aligned = (base + largest_page - 1) & ~(largest_page - 1);
+  if (aligned > base) munmap(reserved, aligned - base);
+  if (base + largest_page > aligned) munmap(reinterpret_cast<void*>(aligned + 3 * r.page), base + largest_page - aligned);
+  r.anonymous = reinterpret_cast<void*>(aligned);
   constexpr int guard_install = 102;  // MADV_GUARD_INSTALL
   (void)madvise(static_cast<char*>(r.anonymous) + r.page, r.page, guard_install);  // older kernels: no guard
   static_cast<void**>(r.file_mapping)[1] = a.allocate(48);

@@ -210,6 +210,13 @@ TEST(os_process, readable_prefix_stops_at_a_file_mappings_end_and_at_a_guard_reg
   ::munmap(anonymous, 3 * page);
 }
 
+// The system's page, whatever MEMKIT_PAGE_SIZE makes os::page_size() (the suite also runs with
+// 16 and 64 KiB): the unit in which an unreadable page is skipped.
+TEST(os_process, protection_granularity_is_the_systems_page) {
+  EXPECT_EQ(process::protection_granularity(), static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)));
+  EXPECT_LE(process::protection_granularity(), page_size());
+}
+
 void programs_own_handler(int) {}
 
 // The probe catches its faults with handlers of its own while it runs: the program's handlers and

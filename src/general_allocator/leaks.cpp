@@ -833,7 +833,9 @@ void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexce
     scan(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
     return;
   }
-  const std::size_t page = os::page_size();
+  // An unreadable page is skipped up to the next page of the system's, not of os::page_size(),
+  // which may be larger: the rest of a larger page may be readable and hold roots.
+  const std::size_t page = os::process::protection_granularity();
   while (single_threaded_ && begin < end) {
     const std::size_t n = std::min<std::size_t>(end - begin, probe_bytes);
     const auto readable = os::process::readable_prefix(reinterpret_cast<const void*>(begin), n);

@@ -717,6 +717,8 @@ result<std::size_t> read_memory(const void* address, void* buffer, std::size_t b
   return result<std::size_t>::failure(errno);
 }
 
+std::size_t protection_granularity() noexcept { return system_page_size(); }
+
 // One byte of each system page read in place, under a handler of SIGSEGV and SIGBUS that jumps
 // back out of the fault (the way conservative collectors find the ends of their roots): where the
 // fault was is where the readable prefix ends. The handlers the program had, and its signal mask,
@@ -819,6 +821,8 @@ status for_each_region(region_visitor, void*) noexcept { return status::failure(
 result<std::size_t> read_memory(const void*, void*, std::size_t) noexcept {
   return result<std::size_t>::failure(ENOSYS);
 }
+
+std::size_t protection_granularity() noexcept { return system_page_size(); }
 
 result<std::size_t> readable_prefix(const void*, std::size_t) noexcept { return result<std::size_t>::failure(ENOSYS); }
 

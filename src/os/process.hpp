@@ -37,6 +37,11 @@ status for_each_region(region_visitor visit, void* context) noexcept;
 // the caller then decides whether to read in place.
 result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept;
 
+// The unit in which the system maps and protects memory, its own page size: where a page cannot
+// be read, the next one starts at the next multiple. (os::page_size() is larger when
+// MEMKIT_PAGE_SIZE asks for it.)
+std::size_t protection_granularity() noexcept;
+
 // How many of the `bytes` from `address` on can be read in place now: the bytes before the first
 // page that is not mapped, not readable, or would fault when read (a guard region, a file
 // mapping's pages past the end of its file), probed without faulting. Fails (ENOSYS, EPERM, ...)

@@ -574,6 +574,8 @@ result<std::size_t> read_memory(const void* address, void* buffer, std::size_t b
   return result<std::size_t>::failure(static_cast<int>(error));
 }
 
+std::size_t protection_granularity() noexcept { return page_size(); }
+
 result<std::size_t> readable_prefix(const void* address, std::size_t bytes) noexcept {
   return committed_readable_prefix(address, bytes);
 }
