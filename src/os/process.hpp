@@ -1,7 +1,8 @@
 // Internal: the calling process's own address space, as debug mode's leak scan needs it — which
 // regions are mapped and with what access, a copy of memory that may be unmapped meanwhile, how
-// much of a range can be read in place, which pages are resident, and how many threads run. Implemented at the end of each platform's os file (posix.cpp,
-// windows.cpp). Nothing here calls malloc: the leak scan runs inside the allocator, at exit.
+// much of a range can be read in place, which pages are resident, and how many threads run.
+// Implemented at the end of each platform's os file (posix.cpp, windows.cpp). Nothing here calls
+// malloc: the leak scan runs inside the allocator, at exit.
 #pragma once
 
 #include <cstddef>
@@ -44,9 +45,12 @@ std::size_t protection_granularity() noexcept;
 
 // How many of the `bytes` from `address` on can be read in place now: the bytes before the first
 // page that is not mapped, not readable, or would fault when read (a guard region, a file
-// mapping's pages past the end of its file), probed without faulting. Fails (ENOSYS, EPERM, ...)
-// when the system cannot tell. Memory that another thread may unmap afterwards still faults: read
-// in place only while no other thread runs (thread_count()), else copy it with read_memory().
+// mapping's pages past the end of its file). No fault reaches the program: on POSIX systems the
+// probe catches them with SIGSEGV and SIGBUS handlers of its own, which replace the program's
+// while it runs. Fails (ENOSYS, EPERM, ...) when the system cannot tell. Call it, and read in
+// place, only while no other thread runs (thread_count()): another thread's fault would land in
+// the probe's handler, and memory another thread unmaps afterwards faults; else copy the range
+// with read_memory().
 result<std::size_t> readable_prefix(const void* address, std::size_t bytes) noexcept;
 
 // The number of threads of the process now (the caller included); fails where the system cannot
