@@ -634,6 +634,19 @@ std::uintptr_t parse_hex(const char*& p, const char* end) noexcept {
 
 }  // namespace
 
+// Reads `fd` from where it stands to its end, or until `capacity` bytes: how many it read.
+result<std::size_t> read_up_to(int fd, char* buffer, std::size_t capacity) noexcept {
+  std::size_t length = 0;
+  while (length < capacity) {
+    const ssize_t n = ::read(fd, buffer + length, capacity - length);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return result<std::size_t>::failure(errno);
+    if (n == 0) break;
+    length += static_cast<std::size_t>(n);
+  }
+  return length;
+}
+
 // /proc/self/maps, read whole into memory from map() (no malloc, no stdio) so that the walk sees
 // one snapshot, then parsed line by line: "begin-end perms offset dev inode   name".
 status for_each_region(region_visitor visit, void* context) noexcept {
@@ -655,14 +668,9 @@ status for_each_region(region_visitor visit, void* context) noexcept {
       error = errno;
       break;
     }
-    for (;;) {
-      const ssize_t n = ::read(fd, buffer + length, capacity - length);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) error = errno;
-      if (n <= 0) break;
-      length += static_cast<std::size_t>(n);
-      if (length == capacity) break;
-    }
+    const auto got = read_up_to(fd, buffer, capacity);
+    if (!got) error = got.error();
+    length = got ? got.value() : 0;
     if (error != 0 || length < capacity) break;
     (void)release(buffer, capacity);  // too small: the file did not fit
     buffer = nullptr;
@@ -789,19 +797,10 @@ result<std::size_t> thread_count() noexcept {
   const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return result<std::size_t>::failure(errno);
   char text[1024];
-  std::size_t length = 0;
-  int error = 0;
-  for (;;) {
-    const ssize_t n = ::read(fd, text + length, sizeof text - 1 - length);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) error = errno;
-    if (n <= 0) break;
-    length += static_cast<std::size_t>(n);
-    if (length == sizeof text - 1) break;
-  }
+  const auto got = read_up_to(fd, text, sizeof text - 1);
   ::close(fd);
-  if (error != 0) return result<std::size_t>::failure(error);
-  text[length] = '\0';
+  if (!got) return result<std::size_t>::failure(got.error());
+  text[got.value()] = '\0';
   const char* p = std::strrchr(text, ')');
   if (p == nullptr) return result<std::size_t>::failure(EINVAL);
   for (int field = 2; field < 20 && *p != '\0'; ++p) {

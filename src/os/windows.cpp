@@ -543,9 +543,11 @@ status for_each_region(region_visitor visit, void* context) noexcept {
   return {};
 }
 
+std::size_t protection_granularity() noexcept { return page_size(); }
+
 // The committed, readable bytes from `address` on, at most `bytes`: one VirtualQuery per run of
 // pages in the same state (a guard page, PAGE_GUARD, does not count as readable).
-std::size_t committed_readable_prefix(const void* address, std::size_t bytes) noexcept {
+result<std::size_t> readable_prefix(const void* address, std::size_t bytes) noexcept {
   const auto begin = reinterpret_cast<std::uintptr_t>(address);
   std::uintptr_t at = begin;
   while (at - begin < bytes) {
@@ -565,19 +567,13 @@ std::size_t committed_readable_prefix(const void* address, std::size_t bytes) no
 // reads the process's memory through the host kernel, which ignores page protection, and would
 // hand back a decommitted or reserved page (as zeros) instead of stopping there.
 result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept {
-  bytes = committed_readable_prefix(address, bytes);
+  bytes = readable_prefix(address, bytes).value();
   if (bytes == 0) return std::size_t{0};
   SIZE_T got = 0;
   if (::ReadProcessMemory(::GetCurrentProcess(), address, buffer, bytes, &got) != 0) return std::size_t{got};
   const DWORD error = ::GetLastError();
   if (error == ERROR_PARTIAL_COPY || error == ERROR_NOACCESS) return std::size_t{got};
   return result<std::size_t>::failure(static_cast<int>(error));
-}
-
-std::size_t protection_granularity() noexcept { return page_size(); }
-
-result<std::size_t> readable_prefix(const void* address, std::size_t bytes) noexcept {
-  return committed_readable_prefix(address, bytes);
 }
 
 // The threads of a Toolhelp snapshot that belong to this process.
