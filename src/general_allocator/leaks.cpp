@@ -26,10 +26,10 @@
 // map and scanning it is skipped instead of crashing the report. memkit's own blocks are read in
 // place.
 //
-// The cost is one lookup per word that could be an address (see visit()): a range filter, then a
-// table indexed by the address's 4 MiB chunk, a page entry, a multiplication for the block index
-// and a bit of the reached bitmap, all in tables laid out for the scan (phase 2, the cliques of
-// lost blocks, uses the same ones). In front of the entries and the bitmap, which outgrow
+// The cost is one lookup per word that could be an address (see visit()): a range filter (for the
+// roots, a byte per 4 MiB chunk: scan_root()), then a table indexed by the address's 4 MiB chunk,
+// a page entry, a multiplication for the block index and a bit of the reached bitmap, all in
+// tables laid out for the scan (phase 2, the cliques of lost blocks, uses the same ones). In front of the entries and the bitmap, which outgrow
 // the L2 cache in a GiB of small blocks, a bit per page entry tells that every live block of the
 // page is reached already: a word into such a page costs the chunk word and that bit. Per block,
 // the scan reads the page's dense table of live sizes (live_sizes(), 4 bytes a block, kept by the
@@ -262,6 +262,9 @@ class leak_scanner {
   bool is_set(std::size_t index) const noexcept { return ((reached_[index >> 6] >> (index & 63)) & 1) != 0; }
   void sweep() noexcept;
   void scan(const unsigned char* begin, const unsigned char* end) noexcept;
+  void scan_root(const unsigned char* begin, const unsigned char* end) noexcept;
+  template <class Candidate>
+  void scan_words(std::uintptr_t begin, std::uintptr_t end, Candidate candidate) noexcept;
   void drain() noexcept;
   void scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexcept;
   void scan_root_range(std::uintptr_t begin, std::uintptr_t end) noexcept;
@@ -428,6 +431,13 @@ class leak_scanner {
   scratch chunks_memory_;
   std::uint64_t* chunks_ = nullptr;
   std::uintptr_t first_chunk_ = 0;
+  // scan_root()'s filter: a byte per chunk of chunks_, 1 where it has an entry, then a 0 at
+  // [chunk_count_] where every word outside the chunks' range lands.
+  std::uint8_t* in_chunk_ = nullptr;
+  std::size_t chunk_count_ = 0;
+  std::uintptr_t chunk_index(std::uintptr_t w) const noexcept {
+    return std::min<std::uintptr_t>((w >> segment_shift) - first_chunk_, chunk_count_);
+  }
   scratch entries_memory_;
   page_entry* entries_ = nullptr;
   const void** owners_ = nullptr;  // per entry: its page, or a large block's segment
@@ -613,7 +623,7 @@ bool leak_scanner::build_lookup() noexcept {
   std::size_t segments = 0;
   for (std::size_t i = 0; i < (std::size_t{1} << slot_bits_); ++i) segments += slots_[i].s != nullptr ? 1 : 0;
   const std::size_t entries = segments * max_pages_per_segment + huge_count_;
-  chunks_ = static_cast<std::uint64_t*>(chunks_memory_.get(chunks * sizeof(std::uint64_t)));
+  chunks_ = static_cast<std::uint64_t*>(chunks_memory_.get(chunks * sizeof(std::uint64_t) + chunks + 1));
   const std::size_t full_words = entries / 64 + 1;
   auto* memory = static_cast<unsigned char*>(entries_memory_.get(
       entries * (sizeof(page_entry) + sizeof(void*) + 2 * sizeof(std::uint32_t)) + full_words * sizeof(std::uint64_t)));
@@ -621,6 +631,8 @@ bool leak_scanner::build_lookup() noexcept {
     chunks_ = nullptr;
     return false;
   }
+  in_chunk_ = reinterpret_cast<std::uint8_t*>(chunks_ + chunks);
+  chunk_count_ = chunks;
   entries_ = reinterpret_cast<page_entry*>(memory);
   owners_ = reinterpret_cast<const void**>(memory + entries * sizeof(page_entry));
   full_ = reinterpret_cast<std::uint64_t*>(memory + entries * (sizeof(page_entry) + sizeof(void*)));
@@ -637,6 +649,7 @@ bool leak_scanner::build_lookup() noexcept {
     const std::size_t base = next;
     next += max_pages_per_segment;
     chunks_[chunk - first_chunk_] = (std::uint64_t{base + 1} << 8) | s->page_shift;
+    in_chunk_[chunk - first_chunk_] = 1;
     const std::size_t slots = std::min<std::size_t>(s->page_count, segment_size >> s->page_shift);
     for (std::size_t j = 0; j < slots; ++j) {
       const page* pg = &s->pages[j];
@@ -666,6 +679,7 @@ bool leak_scanner::build_lookup() noexcept {
     unreached_[k] = 1;
     for (std::uintptr_t c = huge_[i].begin >> segment_shift; c <= (huge_[i].end - 1) >> segment_shift; ++c) {
       chunks_[c - first_chunk_] = (std::uint64_t{k + 1} << 8) | segment_shift;
+      in_chunk_[c - first_chunk_] = 1;
     }
   }
   return true;
@@ -763,32 +777,56 @@ void leak_scanner::visit_slow(std::uintptr_t v) noexcept {
 
 void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) noexcept {
   scanned_bytes_ += static_cast<std::size_t>(end - begin);
-  auto a = detail::align_up(reinterpret_cast<std::uintptr_t>(begin), sizeof(void*));
-  const auto b = reinterpret_cast<std::uintptr_t>(end);
   const std::uintptr_t lo = lo_;
   const std::uintptr_t span = hi_ - lo_;
-  // Four words per branch: in most memory few words are addresses of blocks, and the filter then
-  // runs at the speed memory is read.
+  scan_words(reinterpret_cast<std::uintptr_t>(begin), reinterpret_cast<std::uintptr_t>(end),
+             [lo, span](std::uintptr_t w) -> unsigned { return w - lo < span ? 1 : 0; });
+}
+
+// The program's own memory outside the allocator (its mappings and stacks) holds other heaps: a
+// garbage collector's, an arena's, a runtime's, whose mappings lie among the allocator's segments,
+// so that a large share of their words fall in [lo_, hi_) (a compiler's 174 MiB of roots: 7.2
+// million words in that range, 0.23 million in chunks with live blocks). A branch on the range
+// then goes either way; the chunk's byte takes them out before it (that compiler's scan: 2.3
+// times as fast). Blocks keep the plain range test, which costs less where few words are in range
+// (heaps of numbers: 9-12% more with the chunk's byte).
+void leak_scanner::scan_root(const unsigned char* begin, const unsigned char* end) noexcept {
+  if (in_chunk_ == nullptr) {
+    scan(begin, end);
+    return;
+  }
+  scanned_bytes_ += static_cast<std::size_t>(end - begin);
+  scan_words(reinterpret_cast<std::uintptr_t>(begin), reinterpret_cast<std::uintptr_t>(end),
+             [this](std::uintptr_t w) -> unsigned { return in_chunk_[chunk_index(w)]; });
+}
+
+// Hands the words of [begin, end) that `candidate` accepts (not 0) to visit(), up to visit_batch at
+// a time.
+// Four words per branch: in most memory few words are addresses of blocks, and the filter then
+// runs at the speed memory is read.
+template <class Candidate>
+void leak_scanner::scan_words(std::uintptr_t begin, std::uintptr_t end, Candidate candidate) noexcept {
+  std::uintptr_t a = detail::align_up(begin, sizeof(void*));
   constexpr std::size_t group = 4 * sizeof(void*);
   std::uintptr_t candidates[visit_batch];
   std::size_t n = 0;
-  for (; a + group <= b; a += group) {
+  for (; a + group <= end; a += group) {
     std::uintptr_t w[4];
     std::memcpy(w, reinterpret_cast<const void*>(a), sizeof w);
-    const bool any = (w[0] - lo < span) | (w[1] - lo < span) | (w[2] - lo < span) | (w[3] - lo < span);
+    const unsigned any = candidate(w[0]) | candidate(w[1]) | candidate(w[2]) | candidate(w[3]);
     if (MEMKIT_LIKELY(!any)) continue;
     for (const std::uintptr_t word : w) {
-      if (word - lo < span) candidates[n++] = word;
+      if (candidate(word)) candidates[n++] = word;
     }
     if (n > visit_batch - 4) {
       visit(candidates, n);
       n = 0;
     }
   }
-  for (; a + sizeof(void*) <= b; a += sizeof(void*)) {
+  for (; a + sizeof(void*) <= end; a += sizeof(void*)) {
     std::uintptr_t word;
     std::memcpy(&word, reinterpret_cast<const void*>(a), sizeof word);
-    if (word - lo < span) candidates[n++] = word;
+    if (candidate(word)) candidates[n++] = word;
   }
   if (n != 0) visit(candidates, n);
 }
@@ -830,7 +868,7 @@ void leak_scanner::drain() noexcept {
 // that a page unmapped meanwhile (another thread's munmap) is skipped instead of faulting.
 void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexcept {
   if (direct_reads_) {
-    scan(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
+    scan_root(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
     return;
   }
   // An unreadable page is skipped up to the next page of the system's, not of os::page_size(),
@@ -845,7 +883,7 @@ void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexce
     }
     if (readable.value() > 0) {
       const auto* at = reinterpret_cast<const unsigned char*>(begin);
-      scan(at, at + readable.value());
+      scan_root(at, at + readable.value());
       drain();
       begin += readable.value();
     }
@@ -856,11 +894,11 @@ void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexce
     const auto got = os::process::read_memory(reinterpret_cast<const void*>(begin), copy_, n);
     if (!got) {
       direct_reads_ = true;  // no safe copy on this system: read in place
-      scan(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
+      scan_root(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
       return;
     }
     if (got.value() > 0) {
-      scan(copy_, copy_ + got.value());
+      scan_root(copy_, copy_ + got.value());
       drain();  // the blocks this chunk reached, while the stack is shallow
       begin += got.value();
     } else {
