@@ -27,18 +27,19 @@
 // place.
 //
 // The cost is one lookup per word that could be an address (see visit()): a range filter (for the
-// roots, a byte per 4 MiB chunk: scan_root()), then a table indexed by the address's 4 MiB chunk,
-// a page entry, a multiplication for the block index and a bit of the reached bitmap, all in
-// tables laid out for the scan (phase 2, the cliques of lost blocks, uses the same ones). In front of the entries and the bitmap, which outgrow
-// the L2 cache in a GiB of small blocks, a bit per page entry tells that every live block of the
-// page is reached already: a word into such a page costs the chunk word and that bit. Per block,
-// the scan reads the page's dense table of live sizes (live_sizes(), 4 bytes a block, kept by the
-// allocation path) once, in address order (prepare()), and only the report reads the records
-// (the stacks) of what it lists. Phase 1 scans the reached blocks in address order too (sweep()),
-// not in the order pointers reach them, so a heap of small blocks is read in sequence, not a miss
-// per block. Blocks reached behind the sweep are scanned from a stack while they are few; past a
-// bound per pass they wait in a pending set for another pass in address order (a heap reached
-// through its blocks from a few roots is mostly reached behind the sweep).
+// roots, a byte per 4 MiB chunk: scan_root()), then a table indexed by the address's 4 MiB chunk, a
+// page entry, a multiplication for the block index and a bit of the reached bitmap, all in tables
+// laid out for the scan (phase 2, the cliques of lost blocks, uses the same ones). In front of the
+// entries and the bitmap, which outgrow the L2 cache in a GiB of small blocks, a bit per page entry
+// tells that every live block of the page is reached already: a word into such a page costs the
+// chunk word and that bit. Per block, the scan reads the page's dense table of live sizes
+// (live_sizes(), 4 bytes a block, kept by the allocation path) once, in address order (prepare()),
+// and only the report reads the records (the stacks) of what it lists. Phase 1 scans the reached
+// blocks in address order too (sweep()), not in the order pointers reach them, so a heap of small
+// blocks is read in sequence, not a miss per block. Blocks reached behind the sweep are scanned
+// from a stack while they are few; past a bound per pass they wait in a pending set for another
+// pass in address order (a heap reached through its blocks from a few roots is mostly reached
+// behind the sweep).
 // Phase 2 walks each clique the same way, from its leader (mark_lost()).
 #include <algorithm>
 #include <bit>
@@ -787,7 +788,7 @@ void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) no
 // garbage collector's, an arena's, a runtime's, whose mappings lie among the allocator's segments,
 // so that a large share of their words fall in [lo_, hi_) (a compiler's 174 MiB of roots: 7.2
 // million words in that range, 0.23 million in chunks with live blocks). A branch on the range
-// then goes either way; the chunk's byte takes them out before it (that compiler's scan: 2.3
+// then goes either way; the chunk's byte takes them out before it (that compiler's scan: 2.4
 // times as fast). Blocks keep the plain range test, which costs less where few words are in range
 // (heaps of numbers: 9-12% more with the chunk's byte).
 void leak_scanner::scan_root(const unsigned char* begin, const unsigned char* end) noexcept {
@@ -801,9 +802,8 @@ void leak_scanner::scan_root(const unsigned char* begin, const unsigned char* en
 }
 
 // Hands the words of [begin, end) that `candidate` accepts (not 0) to visit(), up to visit_batch at
-// a time.
-// Four words per branch: in most memory few words are addresses of blocks, and the filter then
-// runs at the speed memory is read.
+// a time. Four words per branch: in most memory few words are addresses of blocks, and the filter
+// then runs at the speed memory is read.
 template <class Candidate>
 void leak_scanner::scan_words(std::uintptr_t begin, std::uintptr_t end, Candidate candidate) noexcept {
   std::uintptr_t a = detail::align_up(begin, sizeof(void*));
