@@ -13,7 +13,15 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#endif
+#if defined(__linux__)
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #endif
 
 #include "../src/os/process.hpp"
@@ -257,6 +265,176 @@ TEST(os_process, readable_prefix_leaves_the_programs_fault_handlers_and_signal_m
   EXPECT_EQ(sigismember(&mask_after, SIGBUS), 1);
   EXPECT_EQ(segv_after.sa_handler, &programs_own_handler);
   EXPECT_EQ(bus_after.sa_handler, &programs_own_handler);
+}
+#endif
+
+// ---- stopped_threads ----------------------------------------------------------------------------
+
+// A thread that counts in memory while it keeps `magic` in a callee-saved register, and records
+// where its stack is.
+struct counting_thread {
+  static constexpr std::uintptr_t magic = 0x6d656d6b69740a51u;
+  std::atomic<long> counter{0};
+  std::atomic<bool> quit{false};
+  std::atomic<std::uintptr_t> stack_local{0};
+  std::thread thread;
+
+  counting_thread() {
+    thread = std::thread([this] {
+      char here = 0;
+      stack_local = reinterpret_cast<std::uintptr_t>(&here);
+#if defined(__x86_64__)
+      register std::uintptr_t held asm("r12") = magic;
+#elif defined(__aarch64__)
+      register std::uintptr_t held asm("x19") = magic;
+#else
+      std::uintptr_t held = magic;
+#endif
+      while (!quit.load(std::memory_order_relaxed)) {
+        asm volatile("" : "+r"(held));
+        counter.fetch_add(1, std::memory_order_relaxed);
+      }
+      asm volatile("" : : "r"(held), "r"(&here));
+    });
+    while (counter.load() == 0) std::this_thread::yield();
+  }
+  ~counting_thread() {
+    quit = true;
+    thread.join();
+  }
+};
+
+bool holds(const process::stopped_threads::thread& t, std::uintptr_t value) {
+  for (std::size_t at = 0; at + sizeof value <= t.register_bytes; at += sizeof value) {
+    std::uintptr_t word;
+    std::memcpy(&word, static_cast<const unsigned char*>(t.registers) + at, sizeof word);
+    if (word == value) return true;
+  }
+  return false;
+}
+
+#if !defined(_WIN32)
+void sleep_ms(long ms) {
+  timespec t{ms / 1000, (ms % 1000) * 1000000};
+  while (::nanosleep(&t, &t) != 0) {
+  }
+}
+#endif
+
+// While stopped, no other thread runs (its counter stands still), and each one's stack pointer
+// lies in its stack and its registers hold what it kept there; resumed, it runs on. The caller
+// is never among them.
+TEST(os_process, stopped_threads_stand_still_with_their_registers_known_until_resumed) {
+  counting_thread other;
+  process::stopped_threads stopped;
+  const auto status = stopped.stop();
+  if (!status.ok()) GTEST_SKIP() << "the system refuses: " << memkit::os::error_message(status.error());
+  const long at_stop = other.counter.load();
+#if !defined(_WIN32)
+  sleep_ms(30);
+#endif
+  EXPECT_EQ(other.counter.load(), at_stop) << "a stopped thread ran";
+  ASSERT_GE(stopped.count(), 1u);
+  bool found = false;
+  for (std::size_t i = 0; i < stopped.count(); ++i) {
+    const auto t = stopped.at(i);
+    EXPECT_GT(t.register_bytes, 0u);
+    if (!holds(t, counting_thread::magic)) continue;
+    found = true;
+    const std::uintptr_t local = other.stack_local.load();
+    EXPECT_LE(t.stack_pointer, local) << "the stack pointer lies below the thread's first frame";
+    EXPECT_GT(t.stack_pointer + (std::size_t{1} << 20), local);
+  }
+#if defined(__x86_64__) || defined(__aarch64__)
+  EXPECT_TRUE(found) << "no stopped thread holds the counting thread's register";
+#endif
+  const auto here = reinterpret_cast<std::uintptr_t>(&found);
+  for (std::size_t i = 0; i < stopped.count(); ++i) {
+    const std::uintptr_t sp = stopped.at(i).stack_pointer;
+    EXPECT_FALSE(sp <= here && here - sp < (std::size_t{64} << 10)) << "the caller was stopped too";
+  }
+  stopped.resume();
+  EXPECT_EQ(stopped.count(), 0u);
+  const long at_resume = other.counter.load();
+  while (other.counter.load() == at_resume) std::this_thread::yield();  // hangs if it never runs again
+}
+
+#if defined(__linux__)
+// Stopped in a system call, a thread goes on with it afterwards as if nothing happened: a sleep
+// sleeps its whole time and a read waits for its data, with no EINTR (the stop runs none of the
+// program's handlers, and it has one here without SA_RESTART, which would make both fail).
+void programs_interrupt_handler(int) {}
+
+TEST(os_process, threads_stopped_in_a_system_call_go_on_with_it_without_eintr) {
+  struct sigaction own {};
+  own.sa_handler = programs_interrupt_handler;
+  sigemptyset(&own.sa_mask);
+  struct sigaction saved {};
+  ASSERT_EQ(::sigaction(SIGUSR1, &own, &saved), 0);
+  int pipe_ends[2];
+  ASSERT_EQ(::pipe(pipe_ends), 0);
+  std::atomic<int> sleep_result{1};
+  std::atomic<long> read_result{1};
+  std::atomic<int> read_errno{0};
+  std::thread sleeper([&] {
+    timespec t{0, 300 * 1000000};
+    sleep_result = ::nanosleep(&t, nullptr);
+  });
+  std::thread reader([&] {
+    char byte = 0;
+    read_result = ::read(pipe_ends[0], &byte, 1);
+    read_errno = errno;
+  });
+  sleep_ms(50);  // both in the kernel by now
+  process::stopped_threads stopped;
+  const auto status = stopped.stop();
+  sleep_ms(20);
+  stopped.resume();
+  sleep_ms(20);
+  ASSERT_EQ(::write(pipe_ends[1], "x", 1), 1);
+  sleeper.join();
+  reader.join();
+  ::close(pipe_ends[0]);
+  ::close(pipe_ends[1]);
+  (void)::sigaction(SIGUSR1, &saved, nullptr);
+  if (!status.ok()) GTEST_SKIP() << "the system refuses: " << memkit::os::error_message(status.error());
+  EXPECT_EQ(sleep_result.load(), 0) << "the sleep was cut short";
+  EXPECT_EQ(read_result.load(), 1) << "errno " << read_errno.load();
+}
+
+// Where tracing is refused (here a seccomp filter makes ptrace fail with EPERM, as container
+// runtimes' filters can), stop() fails with the system's error and every thread runs on.
+TEST(os_process, stop_fails_and_stops_nothing_where_tracing_is_refused) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sock_filter rules[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<unsigned>(offsetof(seccomp_data, nr))),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog program{static_cast<unsigned short>(sizeof rules / sizeof rules[0]), rules};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ::_exit(10);
+    if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) ::_exit(11);
+    int code = 0;
+    {
+      counting_thread other;
+      process::stopped_threads stopped;
+      const auto status = stopped.stop();
+      if (status.ok()) code = 12;
+      else if (status.error() != EPERM) code = 13;
+      else if (stopped.count() != 0) code = 14;
+      const long before = other.counter.load();
+      while (code == 0 && other.counter.load() == before) std::this_thread::yield();
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 10 || WEXITSTATUS(status) == 11) GTEST_SKIP() << "no seccomp filters here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "12: stopped anyway; 13: another error; 14: threads left counted";
 }
 #endif
 

@@ -611,6 +611,19 @@ const char* environment_variable(const char* name) noexcept {
 #include <signal.h>
 #include <sys/uio.h>
 
+#if defined(__linux__)
+#include <elf.h>
+#include <linux/futex.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <new>
+#endif
+
 #include "process.hpp"
 
 namespace memkit::os::process {
@@ -812,6 +825,336 @@ result<std::size_t> thread_count() noexcept {
   return threads;
 }
 
+// ---- stopped_threads: a helper task traces the other threads --------------------------------------
+//
+// The calling thread starts a task that shares its memory but is not one of its threads (clone
+// without CLONE_THREAD: a thread cannot trace its own process's threads), allows it to trace the
+// process (Yama's PR_SET_PTRACER), and waits on a futex. The helper lists /proc/PID/task, seizes
+// and interrupts each thread but the caller, waits until it stops and reads its registers, and
+// lists again until a pass finds no new thread (one not stopped yet may have started another).
+// It then reports "stopped" and waits for "resume", detaches every thread (passing on a signal
+// that arrived meanwhile) and exits; the caller reaps it. The helper runs on a stack of its own
+// but with the caller's thread pointer, so it makes raw system calls only (raw()) and touches no
+// thread-local state, errno included. Under ThreadSanitizer, which cannot follow such a task,
+// stop() fails with ENOSYS.
+namespace {
+
+#if defined(__SANITIZE_THREAD__)
+#define MEMKIT_OS_NO_STOPPED_THREADS 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MEMKIT_OS_NO_STOPPED_THREADS 1
+#endif
+#endif
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#define MEMKIT_OS_NO_STOPPED_THREADS 1  // the stack pointer's place in the registers is known for these
+#endif
+
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+
+#define MEMKIT_OS_HELPER __attribute__((no_sanitize("address", "undefined")))
+
+enum stop_phase : int { starting, go, all_stopped, stop_failed, resuming };
+
+struct stopped_slot {
+  int tid;
+  int signal;  // a signal the thread was about to take when it stopped: passed on at detach
+  user_regs_struct registers;
+};
+
+struct stop_state {
+  std::atomic<int> phase;  // the futex word
+  int error;
+  int process_id;
+  int caller_tid;
+  int helper_pid;
+  std::size_t count;
+  std::size_t capacity;
+  std::size_t bytes;  // of the whole mapping: this header, the slots, the helper's stack
+  stopped_slot* slots() noexcept { return reinterpret_cast<stopped_slot*>(this + 1); }
+};
+static_assert(sizeof(stop_state) % alignof(stopped_slot) == 0);
+
+constexpr std::size_t stop_capacity = 4096;  // threads; more and stop() fails (E2BIG)
+constexpr std::size_t helper_stack_bytes = std::size_t{64} << 10;
+constexpr long per_thread_wait_ns = 2'000'000'000;  // a thread not stopped by then: ETIMEDOUT
+
+// A system call without the C library: the result, or minus the error (no errno: the helper's
+// would be the caller's, which the caller's own calls write meanwhile).
+MEMKIT_OS_HELPER long raw(long number, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) noexcept {
+#if defined(__x86_64__)
+  long result;
+  register long r10 asm("r10") = d;
+  register long r8 asm("r8") = e;
+  asm volatile("syscall"
+               : "=a"(result)
+               : "a"(number), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+               : "rcx", "r11", "memory");
+  return result;
+#else
+  register long x8 asm("x8") = number;
+  register long x0 asm("x0") = a;
+  register long x1 asm("x1") = b;
+  register long x2 asm("x2") = c;
+  register long x3 asm("x3") = d;
+  register long x4 asm("x4") = e;
+  asm volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+  return x0;
+#endif
+}
+
+MEMKIT_OS_HELPER void futex_wait(std::atomic<int>& word, int value, long timeout_ns) noexcept {
+  timespec timeout{timeout_ns / 1'000'000'000, timeout_ns % 1'000'000'000};
+  (void)raw(SYS_futex, reinterpret_cast<long>(&word), FUTEX_WAIT, value, timeout_ns > 0 ? reinterpret_cast<long>(&timeout) : 0);
+}
+
+MEMKIT_OS_HELPER void futex_wake(std::atomic<int>& word) noexcept {
+  (void)raw(SYS_futex, reinterpret_cast<long>(&word), FUTEX_WAKE, 1 << 30);
+}
+
+MEMKIT_OS_HELPER std::uintptr_t stack_pointer_of(const user_regs_struct& r) noexcept {
+#if defined(__x86_64__)
+  return static_cast<std::uintptr_t>(r.rsp);
+#else
+  return static_cast<std::uintptr_t>(r.sp);
+#endif
+}
+
+// Waits until `tid`, just interrupted, stops: 1 when it did (its slot filled), 0 when it exited
+// meanwhile, else a negative error.
+MEMKIT_OS_HELPER long wait_for_stop(stopped_slot& slot) noexcept {
+  long waited_ns = 0;
+  long pause_ns = 1000;
+  int yields = 0;
+  for (;;) {
+    int status = 0;
+    const long r = raw(SYS_wait4, slot.tid, reinterpret_cast<long>(&status), __WALL | WNOHANG, 0);
+    if (r == -EINTR) continue;
+    if (r < 0) return r;
+    if (r == slot.tid) {
+      if (WIFEXITED(status) || WIFSIGNALED(status)) return 0;
+      if (!WIFSTOPPED(status)) continue;
+      // The interrupt's own stop, or a group stop, reads PTRACE_EVENT_STOP in the upper bits; a
+      // signal's delivery stop does not, and the signal is passed on when the thread is let go.
+      slot.signal = (status >> 16) == PTRACE_EVENT_STOP ? 0 : WSTOPSIG(status);
+      iovec registers{&slot.registers, sizeof slot.registers};
+      const long got = raw(SYS_ptrace, PTRACE_GETREGSET, slot.tid, NT_PRSTATUS, reinterpret_cast<long>(&registers));
+      return got < 0 ? got : 1;
+    }
+    if (waited_ns >= per_thread_wait_ns) return -ETIMEDOUT;
+    // A thread stops within microseconds: yield first (the shortest sleep lasts the timer's
+    // slack, 50 us by default, per thread).
+    if (yields < 200) {
+      ++yields;
+      (void)raw(SYS_sched_yield);
+      continue;
+    }
+    timespec pause{0, pause_ns};
+    (void)raw(SYS_nanosleep, reinterpret_cast<long>(&pause), 0);
+    waited_ns += pause_ns;
+    if (pause_ns < 1'000'000) pause_ns *= 2;
+  }
+}
+
+struct dirent64_header {
+  std::uint64_t inode;
+  std::int64_t offset;
+  unsigned short length;
+  unsigned char type;
+  char name[1];
+};
+
+// One pass over /proc/PID/task: seizes every thread not stopped yet. 1 when it found one, 0 when
+// none, else a negative error.
+MEMKIT_OS_HELPER long stop_new_threads(stop_state& st) noexcept {
+  char path[64] = "/proc/";
+  std::size_t n = 6;
+  char digits[16];
+  std::size_t d = 0;
+  for (int pid = st.process_id; pid > 0; pid /= 10) digits[d++] = static_cast<char>('0' + pid % 10);
+  while (d > 0) path[n++] = digits[--d];
+  std::memcpy(path + n, "/task", 6);
+  const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return fd;
+  long found = 0;
+  alignas(8) char buffer[4096];
+  for (;;) {
+    const long got = raw(SYS_getdents64, fd, reinterpret_cast<long>(buffer), sizeof buffer);
+    if (got <= 0) {
+      if (got < 0) found = got;
+      break;
+    }
+    for (long at = 0; at < got && found >= 0;) {
+      const auto* entry = reinterpret_cast<const dirent64_header*>(buffer + at);
+      at += entry->length;
+      int tid = 0;
+      const char* c = entry->name;
+      for (; *c >= '0' && *c <= '9'; ++c) tid = tid * 10 + (*c - '0');
+      if (*c != '\0' || tid == 0 || tid == st.caller_tid) continue;
+      bool known = false;
+      for (std::size_t i = 0; i < st.count && !known; ++i) known = st.slots()[i].tid == tid;
+      if (known) continue;
+      if (st.count == st.capacity) {
+        found = -E2BIG;
+        break;
+      }
+      const long seized = raw(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0);
+      if (seized == -ESRCH) continue;  // it exited
+      if (seized < 0) {
+        found = seized;
+        break;
+      }
+      stopped_slot& slot = st.slots()[st.count++];
+      slot.tid = tid;
+      slot.signal = 0;
+      found = 1;
+      long stopped = raw(SYS_ptrace, PTRACE_INTERRUPT, tid, 0, 0);
+      if (stopped == 0) stopped = wait_for_stop(slot);
+      if (stopped == 0 || stopped == -ESRCH) --st.count;  // gone, nothing to let go
+      else if (stopped < 0) found = stopped;
+    }
+    if (found < 0) break;
+  }
+  (void)raw(SYS_close, fd);
+  return found;
+}
+
+MEMKIT_OS_HELPER int helper_main(void* argument) noexcept {
+  auto& st = *static_cast<stop_state*>(argument);
+  while (st.phase.load(std::memory_order_acquire) == starting) futex_wait(st.phase, starting, 0);
+  long error = 0;
+  if (st.phase.load(std::memory_order_acquire) == go) {
+    for (int pass = 0;; ++pass) {
+      const long found = stop_new_threads(st);
+      if (found <= 0) {
+        error = found;
+        break;
+      }
+      if (pass == 64) {
+        error = -EAGAIN;  // threads keep starting threads
+        break;
+      }
+    }
+  }
+  int expected = go;
+  st.error = static_cast<int>(-error);
+  if (st.phase.compare_exchange_strong(expected, error == 0 ? all_stopped : stop_failed, std::memory_order_acq_rel)) {
+    futex_wake(st.phase);
+    if (error == 0) {
+      while (st.phase.load(std::memory_order_acquire) == all_stopped) futex_wait(st.phase, all_stopped, 0);
+    }
+  }
+  for (std::size_t i = 0; i < st.count; ++i) (void)raw(SYS_ptrace, PTRACE_DETACH, st.slots()[i].tid, 0, st.slots()[i].signal);
+  return 0;
+}
+
+#endif  // MEMKIT_OS_NO_STOPPED_THREADS
+
+}  // namespace
+
+status stopped_threads::stop() noexcept {
+#ifdef MEMKIT_OS_NO_STOPPED_THREADS
+  return status::failure(ENOSYS);
+#else
+  resume();
+  const int saved_errno = errno;
+  const std::size_t page = system_page_size();
+  const std::size_t state_bytes = (sizeof(stop_state) + stop_capacity * sizeof(stopped_slot) + page - 1) & ~(page - 1);
+  const std::size_t bytes = state_bytes + helper_stack_bytes;
+  auto mapped = map(bytes);
+  if (!mapped) return status::failure(mapped.error());
+  auto* st = new (mapped.value()) stop_state{};
+  st->phase.store(starting, std::memory_order_relaxed);
+  st->process_id = static_cast<int>(::getpid());
+  st->caller_tid = static_cast<int>(::syscall(SYS_gettid));
+  st->capacity = stop_capacity;
+  st->bytes = bytes;
+  auto* stack_top = static_cast<unsigned char*>(mapped.value()) + bytes;
+  const int helper = ::clone(helper_main, stack_top, CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, st);
+  if (helper < 0) {
+    const int error = errno;
+    (void)release(mapped.value(), bytes);
+    errno = saved_errno;
+    return status::failure(error);
+  }
+  st->helper_pid = helper;
+  // Where Yama allows tracing only by ancestors, allow the helper; elsewhere this fails (EINVAL)
+  // and changes nothing.
+  const bool allowed = ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(helper), 0, 0, 0) == 0;
+  st->phase.store(go, std::memory_order_release);
+  futex_wake(st->phase);
+  int phase = go;
+  while ((phase = st->phase.load(std::memory_order_acquire)) == go) {
+    futex_wait(st->phase, go, 100'000'000);
+    int status = 0;
+    if (st->phase.load(std::memory_order_acquire) == go &&
+        raw(SYS_wait4, helper, reinterpret_cast<long>(&status), __WALL | WNOHANG, 0) == helper) {
+      phase = stop_failed;  // the helper died (its threads, if any, let go with it)
+      st->error = ECHILD;
+      st->helper_pid = 0;
+      break;
+    }
+  }
+  if (allowed) (void)::prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+  if (phase != all_stopped) {
+    const int error = st->error != 0 ? st->error : EAGAIN;
+    int status = 0;
+    if (st->helper_pid != 0) {
+      while (raw(SYS_wait4, helper, reinterpret_cast<long>(&status), __WALL, 0) == -EINTR) {
+      }
+    }
+    (void)release(mapped.value(), bytes);
+    errno = saved_errno;
+    return status::failure(error);
+  }
+  state_ = st;
+  errno = saved_errno;
+  return {};
+#endif
+}
+
+void stopped_threads::resume() noexcept {
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (state_ == nullptr) return;
+  const int saved_errno = errno;
+  auto* st = static_cast<stop_state*>(state_);
+  st->phase.store(resuming, std::memory_order_release);
+  futex_wake(st->phase);
+  int status = 0;
+  while (raw(SYS_wait4, st->helper_pid, reinterpret_cast<long>(&status), __WALL, 0) == -EINTR) {
+  }
+  (void)release(st, st->bytes);
+  state_ = nullptr;
+  errno = saved_errno;
+#endif
+}
+
+std::size_t stopped_threads::count() const noexcept {
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (state_ != nullptr) return static_cast<const stop_state*>(state_)->count;
+#endif
+  return 0;
+}
+
+stopped_threads::thread stopped_threads::at(std::size_t i) const noexcept {
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  const stopped_slot& slot = static_cast<stop_state*>(state_)->slots()[i];
+  return {stack_pointer_of(slot.registers), &slot.registers, sizeof slot.registers};
+#else
+  (void)i;
+  return {};
+#endif
+}
+
+std::uintptr_t stopped_threads::storage_begin() const noexcept { return reinterpret_cast<std::uintptr_t>(state_); }
+
+std::uintptr_t stopped_threads::storage_end() const noexcept {
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (state_ != nullptr) return storage_begin() + static_cast<const stop_state*>(state_)->bytes;
+#endif
+  return storage_begin();
+}
+
 #else
 
 // Elsewhere no portable way to list mappings: the leak scan then has no roots beyond its caller's.
@@ -826,6 +1169,13 @@ std::size_t protection_granularity() noexcept { return system_page_size(); }
 result<std::size_t> readable_prefix(const void*, std::size_t) noexcept { return result<std::size_t>::failure(ENOSYS); }
 
 result<std::size_t> thread_count() noexcept { return result<std::size_t>::failure(ENOSYS); }
+
+status stopped_threads::stop() noexcept { return status::failure(ENOSYS); }
+void stopped_threads::resume() noexcept {}
+std::size_t stopped_threads::count() const noexcept { return 0; }
+stopped_threads::thread stopped_threads::at(std::size_t) const noexcept { return {}; }
+std::uintptr_t stopped_threads::storage_begin() const noexcept { return 0; }
+std::uintptr_t stopped_threads::storage_end() const noexcept { return 0; }
 
 #endif
 

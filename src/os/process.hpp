@@ -57,6 +57,51 @@ result<std::size_t> readable_prefix(const void* address, std::size_t bytes) noex
 // tell cheaply. Only the caller can make it grow: 1 stays 1 until the caller starts a thread.
 result<std::size_t> thread_count() noexcept;
 
+// The other threads of the process, held stopped: while stop() has succeeded and resume() has not
+// run, no thread but the caller's runs, so that memory can be read in place (no other thread can
+// unmap it or fault meanwhile) and each thread's registers and stack pointer are known (below the
+// pointer its stack holds only dead frames). On Linux a helper task traces the threads (ptrace,
+// as LeakSanitizer stops them), so that a thread stopped in a system call goes on with it
+// afterwards as if nothing happened: no EINTR, no handler of the program's run. stop() fails, and
+// nothing stays stopped, where the system refuses (a seccomp filter, Yama's ptrace scope, a
+// debugger tracing the process already) or has no way here (ENOSYS; Windows: ERROR_NOT_SUPPORTED),
+// or when a thread does not stop within two seconds (ETIMEDOUT: one in an uninterruptible wait).
+// Nothing here calls malloc; every system call of the helper is a raw one.
+class stopped_threads {
+ public:
+  struct thread {
+    std::uintptr_t stack_pointer;  // 0 where the platform's registers are not known here
+    const void* registers;         // the general-purpose registers, as the system stores them
+    std::size_t register_bytes;
+  };
+  // Bytes below a thread's stack pointer that a function may still use (the x86-64 ABI's red
+  // zone): a scan of a stopped thread's stack starts this far below its pointer.
+  static constexpr std::size_t red_zone_bytes =
+#if defined(__x86_64__)
+      128;
+#else
+      0;
+#endif
+
+  stopped_threads() noexcept = default;
+  stopped_threads(const stopped_threads&) = delete;
+  stopped_threads& operator=(const stopped_threads&) = delete;
+  ~stopped_threads() { resume(); }
+
+  status stop() noexcept;
+  // Lets the threads run on; nothing when none are stopped.
+  void resume() noexcept;
+  // The threads stopped (the caller not among them).
+  std::size_t count() const noexcept;
+  thread at(std::size_t i) const noexcept;
+  // The memory that holds the threads' registers while they are stopped.
+  std::uintptr_t storage_begin() const noexcept;
+  std::uintptr_t storage_end() const noexcept;
+
+ private:
+  void* state_ = nullptr;
+};
+
 // One byte per page of [address, address + bytes) (address page-aligned): 1 when the page is
 // resident or committed (it may hold data), 0 when it was never touched or is swapped out.
 // Fails when the system cannot tell (the range is not mapped, ...).

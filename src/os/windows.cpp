@@ -593,6 +593,16 @@ result<std::size_t> thread_count() noexcept {
   return threads;
 }
 
+// Not here yet: SuspendThread and GetThreadContext would stop the threads, but a Toolhelp snapshot
+// taken while one is suspended may wait for the heap lock it holds. The leak scan then reads the
+// other threads' stacks whole, and copies.
+status stopped_threads::stop() noexcept { return status::failure(ERROR_NOT_SUPPORTED); }
+void stopped_threads::resume() noexcept {}
+std::size_t stopped_threads::count() const noexcept { return 0; }
+stopped_threads::thread stopped_threads::at(std::size_t) const noexcept { return {}; }
+std::uintptr_t stopped_threads::storage_begin() const noexcept { return 0; }
+std::uintptr_t stopped_threads::storage_end() const noexcept { return 0; }
+
 // Committed pages may hold data (Windows has no cheap residency query short of the working set
 // API): one VirtualQuery per run of pages in the same state.
 status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept {
