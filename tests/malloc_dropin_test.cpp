@@ -201,6 +201,44 @@ TEST(malloc_preload_debug, leaks_are_reported_at_exit_unless_silenced) {
   EXPECT_FALSE(contains(silenced.output, "1234")) << silenced.output;
 }
 
+// The exit-time report while another thread is blocked in the kernel, each case as valgrind's
+// memcheck classifies it. The report stops the other threads (ptrace, as LeakSanitizer does), so it
+// sees each one's stack from its stack pointer up, and its registers.
+// A block the thread allocated and dropped: lost, though malloc's dead frames below the thread's
+// stack pointer still hold its address (read whole, that stack made it "still reachable").
+TEST(malloc_preload_debug, a_block_another_thread_dropped_is_lost_despite_its_dead_frames) {
+  auto out = misuse_with("thread-lost-block", {"MEMKIT_DEBUG=1"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(first_report_line(out.output), "1 block, 1357 bytes, definitely lost")) << out.output;
+}
+
+// A block whose address only a blocked thread's register holds (the kernel saved it, no memory of
+// the process has it): reachable, so not reported.
+TEST(malloc_preload_debug, a_block_only_a_blocked_threads_register_holds_is_reachable) {
+  auto out = misuse_with("thread-register", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  if (out.exit_code == 77) GTEST_SKIP() << "the case is written for x86-64";
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 2468 bytes, still reachable")) << out.output;
+  EXPECT_FALSE(contains(out.output, "2468 bytes, definitely lost")) << out.output;
+}
+
+// Where the system refuses tracing (a seccomp filter), the report runs without stopping the
+// other threads, and still finds the main thread's lost block.
+TEST(malloc_preload_debug, the_leak_report_works_where_threads_cannot_be_stopped) {
+  auto out = misuse_with("thread-no-ptrace", {"MEMKIT_DEBUG=1"});
+  if (out.exit_code == 77) GTEST_SKIP() << "no seccomp filters here";
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 1234 bytes, definitely lost")) << out.output;
+}
+
+// A report on demand while another thread sleeps: the thread is stopped and let go, and its sleep
+// runs its whole time (no EINTR).
+TEST(malloc_preload_debug, a_report_on_demand_leaves_a_sleeping_thread_asleep) {
+  auto out = misuse_with("thread-sleep", {"MEMKIT_DEBUG=1"});
+  EXPECT_EQ(out.exit_code, 0) << "4: the sleep was cut short\n" << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 4321 bytes, definitely lost")) << out.output;
+}
+
 TEST(malloc_preload_debug, reports_can_continue_instead_of_aborting) {
   auto out = misuse_with("double-free", {"MEMKIT_DEBUG=1", "MEMKIT_ABORT=0", "MEMKIT_LEAKS=0"});
   EXPECT_EQ(out.exit_code, 0) << out.output;

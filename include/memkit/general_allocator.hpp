@@ -216,12 +216,14 @@ class general_allocator final : public allocator {
 
   // Debug mode: finds the live blocks the process can no longer reach by scanning its memory
   // for pointers (the writable mappings of every loaded object, every thread's stack and TLS,
-  // this thread's registers, then the reachable blocks themselves) and writes one report per
+  // every thread's registers, then the reachable blocks themselves) and writes one report per
   // distinct allocation stack, largest first, with a summary line; returns the lost (definitely +
   // indirectly) blocks not suppressed. Blocks allocated before debug mode was switched on have no
   // records: they are scanned as roots, never reported. Outside debug mode, reports the live block
-  // count per page without traces and returns the live block count. Other threads should be
-  // quiet while it runs (their registers are not captured; their whole stacks are scanned).
+  // count per page without traces and returns the live block count. Other threads are stopped
+  // while the reachable blocks are found (Linux, with ptrace; a thread in a system call goes on
+  // with it afterwards); where they cannot be, their registers are not seen and their whole stacks
+  // are scanned.
   std::size_t report_leaks(int fd) const noexcept;
   // Same, also filling `summary` with the counts of every class.
   std::size_t report_leaks(int fd, leak_summary& summary) const noexcept;

@@ -1,15 +1,17 @@
 // Debug mode's leak report: which live blocks can the process still reach?
 //
 // The scan is conservative, word by word, as LeakSanitizer's and memcheck's are. Roots: every
-// private writable mapping of the process (os::process::for_each_region: the data segments of every loaded
-// object, every thread's stack and TLS, the loader's own allocations, memory a program maps for
-// itself), except the memory of memkit's allocators; the calling thread's stack only above the
+// private writable mapping of the process (os::process::for_each_region: the data segments of every
+// loaded object, every thread's stack and TLS, the loader's own allocations, memory a program maps
+// for itself), except the memory of memkit's allocators; the calling thread's stack only above the
 // report's own frame (below it lie dead frames and the scan's own variables) plus its registers;
-// and the blocks this allocator handed out before debug mode was switched on (no records, so no
-// way to tell whether they are reachable: they count as roots), as do the blocks of other
-// instances; of both, only those that may be live (scan_untracked_page()). Then transitively
-// every reachable block, over its requested bytes; a pointer anywhere inside a block counts as
-// reaching it.
+// the other threads, stopped until phase 1 ends (os::process::stopped_threads), likewise: each
+// stack from its stack pointer up, and each thread's registers (where they cannot be stopped, their
+// stacks are read whole and their registers are not seen); and the blocks this allocator handed out
+// before debug mode was switched on (no records, so no way to tell whether they are reachable: they
+// count as roots), as do the blocks of other instances; of both, only those that may be live
+// (scan_untracked_page()). Then transitively every reachable block, over its requested bytes; a
+// pointer anywhere inside a block counts as reaching it.
 //
 // Classes (memcheck's): a live block no root reaches is lost. Lost blocks are grouped in cliques:
 // walking the lost blocks in address order, each one not yet reached is a clique leader,
@@ -18,13 +20,12 @@
 // definitely lost block and the rest indirectly lost.
 //
 // Never scanned: segment memory (its headers point at every page's first block; free blocks hold
-// stale copies), the quarantine ring, the debug records, and the scan's own tables. Foreign
-// ranges (the roots) are read in place when the process has no other thread, as far as the os
-// layer, probing page by page, says they can be read (os::process::readable_prefix: no guard
-// region, no file page past its file's end); with other threads running they are copied out by
-// the os layer (os::process::read_memory), so a range another thread unmaps between reading the
-// map and scanning it is skipped instead of crashing the report. memkit's own blocks are read in
-// place.
+// stale copies), the quarantine ring, the debug records, and the scan's own tables. Foreign ranges
+// (the roots) are read in place when no other thread runs, as far as the os layer, probing page by
+// page, says they can be read (os::process::readable_prefix: no guard region, no file page past its
+// file's end); with other threads running they are copied out by the os layer
+// (os::process::read_memory), so a range another thread unmaps between reading the map and scanning
+// it is skipped instead of crashing the report. memkit's own blocks are read in place.
 //
 // The cost is one lookup per word that could be an address (see visit()): a range filter (for the
 // roots, a byte per 4 MiB chunk: scan_root()), then a table indexed by the address's 4 MiB chunk, a
@@ -270,6 +271,7 @@ class leak_scanner {
   void scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexcept;
   void scan_root_range(std::uintptr_t begin, std::uintptr_t end) noexcept;
   void scan_resident(std::uintptr_t begin, std::uintptr_t end) noexcept;
+  std::uintptr_t live_part_of(std::uintptr_t begin, std::uintptr_t end) const noexcept;
   void scan_other_instance(const segment* s) noexcept;
   // The most blocks of a page scan_untracked_page() tells free from live (an 8-byte class in a
   // 64 KiB page); a page of more is read whole.
@@ -394,6 +396,10 @@ class leak_scanner {
   std::size_t excluded_count_ = 0;
   std::size_t excluded_capacity_ = 0;
   std::uintptr_t stack_low_ = 0;  // the calling thread's stack is scanned from here up
+  // The other threads, stopped from the roots to the end of phase 1 where the os layer can: their
+  // stacks are scanned from their stack pointers up, their registers too. Where it cannot, their
+  // stacks are scanned whole (dead frames included) and their registers are not seen.
+  const os::process::stopped_threads* others_ = nullptr;
   std::size_t scanned_bytes_ = 0;  // by scan(), so far
   std::size_t root_bytes_ = 0;
   scratch copy_memory_;
@@ -401,9 +407,9 @@ class leak_scanner {
   static constexpr std::size_t copy_bytes = std::size_t{256} << 10;
   static constexpr std::size_t probe_bytes = std::size_t{1} << 20;  // read in place a MiB at a time
   bool direct_reads_ = false;
-  // No other thread runs (so none unmaps a root meanwhile): roots are read in place, which costs
-  // less than half what the copy does (python3's 153 MiB of its own arenas: 24-27 ms of scan
-  // alone, 56-64 with one more thread, which makes the scan copy).
+  // No other thread runs, or all are stopped (so none unmaps a root meanwhile): roots are read in
+  // place, which costs less than half what the copy does (python3's 153 MiB of its own arenas:
+  // 24-27 ms of scan alone, 56-64 with one more thread running, which makes the scan copy).
   bool single_threaded_ = false;
   // The mark a block gets when it is scanned: reachable in phase 1, indirectly lost in phase 2.
   std::uint8_t new_mark_ = reachable;
@@ -1215,26 +1221,53 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
   scan(static_cast<const unsigned char*>(registers), static_cast<const unsigned char*>(registers) + register_bytes);
   if (saved != nullptr) scan(static_cast<const unsigned char*>(saved), static_cast<const unsigned char*>(saved) + saved_bytes);
   drain();
+  // The other threads, stopped until phase 1 ends, so that what they hold is seen as it is (a
+  // pointer only a blocked thread's register holds; dead frames below a thread's stack pointer,
+  // which still hold what they last held) and no pointer moves between a root read and a block not
+  // read yet. No lock is taken from here to the end of phase 1: a stopped thread may hold it.
+  const auto threads = os::process::thread_count();
+  const bool alone = threads && threads.value() == 1;
+  os::process::stopped_threads others;
+  if (!alone && others.stop()) {
+    others_ = &others;
+    exclude(others.storage_begin(), others.storage_end());
+    for (std::size_t i = 0; i < others.count(); ++i) {
+      const auto t = others.at(i);
+      const auto* words = static_cast<const unsigned char*>(t.registers);
+      scan(words, words + t.register_bytes);
+    }
+    drain();
+  }
   std::sort(excluded_, excluded_ + excluded_count_,
             [](const address_range& a, const address_range& b) { return a.begin < b.begin; });
   stack_low_ = stack_low;
   // (Under AddressSanitizer the roots hold bytes it poisoned, the redzones of globals and frames,
   // which a read in place would report: copied there.)
-  const auto threads = os::process::thread_count();
-  single_threaded_ = !MEMKIT_HAS_ASAN && threads && threads.value() == 1;
+  single_threaded_ = !MEMKIT_HAS_ASAN && (alone || others_ != nullptr);
   // Readable, writable, private. Shared mappings are skipped (a truncated file would fault).
   (void)os::process::for_each_region(
       [](const os::process::region& r, void* context) {
         auto* self = static_cast<leak_scanner*>(context);
         if (!r.readable || !r.writable || !r.is_private || r.end - r.begin > largest_root_mapping) return true;
-        std::uintptr_t begin = r.begin;
-        const std::uintptr_t low = self->stack_low_;
-        if (low >= begin && low < r.end) begin = low & ~std::uintptr_t{7};  // this thread's stack
-        self->scan_resident(begin, r.end);
+        self->scan_resident(self->live_part_of(r.begin, r.end), r.end);
         return true;
       },
       this);
   sweep();
+  others_ = nullptr;
+}
+
+// Where a stack holds the caller's or a stopped thread's stack pointer, only the frames from that
+// pointer up are live (a thread's red zone below it included); other mappings are read whole.
+std::uintptr_t leak_scanner::live_part_of(std::uintptr_t begin, std::uintptr_t end) const noexcept {
+  if (stack_low_ >= begin && stack_low_ < end) return stack_low_ & ~std::uintptr_t{7};
+  for (std::size_t i = 0; others_ != nullptr && i < others_->count(); ++i) {
+    const std::uintptr_t sp = others_->at(i).stack_pointer;
+    if (sp < begin || sp >= end) continue;
+    const std::uintptr_t low = sp - os::process::stopped_threads::red_zone_bytes;
+    return low > begin ? low & ~std::uintptr_t{7} : begin;
+  }
+  return begin;
 }
 
 // Large mappings are mostly reservations never touched (arenas of other allocators, thread

@@ -2,14 +2,25 @@
    LD_PRELOAD=libmemkit_malloc.so MEMKIT_DEBUG=1). Pointers go through volatile variables so the
    compiler neither warns about nor removes the misuse. Exits 0 when the misuse went unnoticed.
    Also: "ok" (correct use, from a constructor before main too), "plugin PATH" (dlopen a library
-   whose threads use TLS and the heap), "threads" (many short-lived threads). */
+   whose threads use TLS and the heap), "threads" (many short-lived threads), and leaks whose
+   truth depends on the program's other threads (see the "thread-" cases at the end). */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#endif
 
 static void* volatile slot;
 
@@ -46,6 +57,76 @@ static void* short_lived(void* arg) {
   for (int i = 0; i < 64; ++i) blocks[i] = malloc((size_t)(16 + i * 8 + (intptr_t)arg % 7));
   for (int i = 0; i < 64; i += 2) free(blocks[i]);
   return blocks[1]; /* the joiner frees the rest: blocks outlive their thread */
+}
+
+static volatile int worker_ready;
+
+/* Allocates, drops the only pointer, then blocks in the kernel for good: the block is lost,
+   though the dead frames below the thread's stack pointer (malloc's) still hold its address. */
+static void* lose_then_block(void* unused) {
+  (void)unused;
+  launder(malloc(1357));
+  slot = NULL;
+  worker_ready = 1;
+  for (;;) pause();
+  return NULL;
+}
+
+#if defined(__x86_64__)
+/* Allocates, keeps the address only in a callee-saved register (memory holds it encoded), then
+   blocks in the kernel for good: the block is reachable, as valgrind says, through a register
+   only the kernel saved. */
+#define HIDE_KEY 0x5555000000000000ul
+static void* hold_in_a_register_then_block(void* unused) {
+  (void)unused;
+  register unsigned long hidden __asm__("r12") = (unsigned long)malloc(2468) ^ HIDE_KEY;
+  __asm__ volatile("" : "+r"(hidden));
+  {
+    char scrub[1 << 16]; /* malloc's dead frames: no copy of the address below this frame */
+    memset(scrub, 0, sizeof scrub);
+    __asm__ volatile("" : : "r"(scrub) : "memory");
+  }
+  worker_ready = 1;
+  __asm__ volatile(
+      "movabs %1, %%rax\n xor %%rax, %0\n xor %%eax, %%eax\n"
+      "1: mov $34, %%eax\n syscall\n jmp 1b" /* pause(), forever */
+      : "+r"(hidden)
+      : "i"(HIDE_KEY)
+      : "rax", "rcx", "r11", "memory");
+  return NULL;
+}
+#endif
+
+/* Sleeps 300 ms and tells whether the sleep was cut short (EINTR) by what the leak report does
+   meanwhile. */
+static void* sleep_through(void* unused) {
+  (void)unused;
+  struct timespec t = {0, 300 * 1000 * 1000};
+  worker_ready = 1;
+  return nanosleep(&t, NULL) == 0 ? NULL : (void*)1;
+}
+
+/* Makes every ptrace call of the process fail with EPERM, as a container's seccomp filter may:
+   false where the system has no such filters. */
+static int refuse_tracing(void) {
+#if defined(__linux__)
+  struct sock_filter rules[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (unsigned)offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog program = {(unsigned short)(sizeof rules / sizeof rules[0]), rules};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+#else
+  return 0;
+#endif
+}
+
+static void start_worker(void* (*body)(void*), pthread_t* thread) {
+  if (pthread_create(thread, NULL, body, NULL) != 0) abort();
+  while (!worker_ready) usleep(1000);
+  usleep(20000); /* in the kernel by now */
 }
 
 int main(int argc, char** argv) {
@@ -134,6 +215,45 @@ int main(int argc, char** argv) {
     launder(malloc(1234));
     slot = NULL; /* the only pointer to the block is gone: lost */
     return 0;
+  }
+  /* The exit-time leak report while another thread is blocked in the kernel. */
+  if (strcmp(what, "thread-lost-block") == 0) {
+    pthread_t worker;
+    start_worker(lose_then_block, &worker);
+    return 0;
+  }
+  /* The same where the report cannot stop the other thread (no ptrace): the main thread's lost
+     block is still found. Exits 77 where the system has no seccomp filters. */
+  if (strcmp(what, "thread-no-ptrace") == 0) {
+    if (!refuse_tracing()) return 77;
+    pthread_t worker;
+    start_worker(lose_then_block, &worker);
+    launder(malloc(1234));
+    slot = NULL;
+    return 0;
+  }
+  if (strcmp(what, "thread-register") == 0) {
+#if defined(__x86_64__)
+    pthread_t worker;
+    start_worker(hold_in_a_register_then_block, &worker);
+    return 0;
+#else
+    return 77; /* the case needs x86-64's registers */
+#endif
+  }
+  /* A report on demand (memkit_malloc_report_leaks, found in the drop-in) while another thread
+     sleeps: the sleep runs its whole time. Exits 4 when it was cut short. */
+  if (strcmp(what, "thread-sleep") == 0) {
+    void (*report)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "memkit_malloc_report_leaks");
+    if (!report) return 3;
+    pthread_t worker;
+    start_worker(sleep_through, &worker);
+    launder(malloc(4321));
+    slot = NULL;
+    report(2);
+    void* cut_short = NULL;
+    pthread_join(worker, &cut_short);
+    return cut_short ? 4 : 0;
   }
   return 2;
 }
