@@ -402,6 +402,35 @@ TEST(os_process, threads_stopped_in_a_system_call_go_on_with_it_without_eintr) {
   EXPECT_EQ(read_result.load(), 1) << "errno " << read_errno.load();
 }
 
+// A main thread that ended (pthread_exit) while others run stays a zombie, which ptrace
+// refuses: it is passed over, and the threads that run are stopped.
+TEST(os_process, an_exited_main_thread_does_not_keep_the_others_from_being_stopped) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pthread_t stopper;
+    const auto body = [](void*) -> void* {
+      sleep_ms(50);  // the main thread has exited by now
+      int code = 0;
+      {
+        counting_thread other;
+        process::stopped_threads stopped;
+        const auto status = stopped.stop();
+        if (!status.ok()) code = status.error() == EPERM ? 20 : 21;
+        else if (stopped.count() != 1) code = 22;
+      }
+      ::_exit(code);
+    };
+    if (::pthread_create(&stopper, nullptr, body, nullptr) != 0) ::_exit(23);
+    ::syscall(SYS_exit, 0);  // this thread only (pthread_exit would unwind through the test's frames)
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "20: EPERM (the zombie main thread); 21: another error; 22: not one "
+                                       "thread stopped";
+}
+
 // Where tracing is refused (here a seccomp filter makes ptrace fail with EPERM, as container
 // runtimes' filters can), stop() fails with the system's error and every thread runs on.
 TEST(os_process, stop_fails_and_stops_nothing_where_tracing_is_refused) {

@@ -964,15 +964,42 @@ struct dirent64_header {
   char name[1];
 };
 
+// Appends the decimal digits of `value` (above 0) at path[n]; returns the new length.
+MEMKIT_OS_HELPER std::size_t append_number(char* path, std::size_t n, int value) noexcept {
+  char digits[16];
+  std::size_t d = 0;
+  for (; value > 0; value /= 10) digits[d++] = static_cast<char>('0' + value % 10);
+  while (d > 0) path[n++] = digits[--d];
+  return n;
+}
+
+// Whether thread `tid` has exited and waits to be reaped (a zombie: the main thread after
+// pthread_exit while others run), which ptrace refuses (EPERM) and which runs nothing: its state
+// in /proc/PID/task/TID/stat, after the command's name in parentheses.
+MEMKIT_OS_HELPER bool exited(int process_id, int tid) noexcept {
+  char path[64] = "/proc/";
+  std::size_t n = append_number(path, 6, process_id);
+  std::memcpy(path + n, "/task/", 6);
+  n = append_number(path, n + 6, tid);
+  std::memcpy(path + n, "/stat", 6);
+  const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fd == -ENOENT;
+  char text[512];
+  const long got = raw(SYS_read, fd, reinterpret_cast<long>(text), sizeof text - 1);
+  (void)raw(SYS_close, fd);
+  if (got <= 0) return false;
+  const char* state = nullptr;
+  for (long i = 0; i < got; ++i) {
+    if (text[i] == ')') state = text + i;
+  }
+  return state != nullptr && state + 2 < text + got && (state[2] == 'Z' || state[2] == 'X');
+}
+
 // One pass over /proc/PID/task: seizes every thread not stopped yet. 1 when it found one, 0 when
 // none, else a negative error.
 MEMKIT_OS_HELPER long stop_new_threads(stop_state& st) noexcept {
   char path[64] = "/proc/";
-  std::size_t n = 6;
-  char digits[16];
-  std::size_t d = 0;
-  for (int pid = st.process_id; pid > 0; pid /= 10) digits[d++] = static_cast<char>('0' + pid % 10);
-  while (d > 0) path[n++] = digits[--d];
+  const std::size_t n = append_number(path, 6, st.process_id);
   std::memcpy(path + n, "/task", 6);
   const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return fd;
@@ -999,7 +1026,7 @@ MEMKIT_OS_HELPER long stop_new_threads(stop_state& st) noexcept {
         break;
       }
       const long seized = raw(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0);
-      if (seized == -ESRCH) continue;  // it exited
+      if (seized == -ESRCH || (seized == -EPERM && exited(st.process_id, tid))) continue;  // it exited
       if (seized < 0) {
         found = seized;
         break;
