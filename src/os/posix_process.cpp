@@ -1,0 +1,654 @@
+// The os layer's view of the process's own address space on POSIX systems (src/os/process.hpp):
+// its regions, copies and probes that do not fault, residency, the number of threads, and the
+// other threads held stopped, as debug mode's leak scan needs them. Nothing here calls malloc.
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__linux__)
+#include <elf.h>
+#include <linux/futex.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <new>
+#endif
+
+#include "memkit/os.hpp"
+#include "process.hpp"
+
+namespace memkit::os::process {
+
+// The system's own page (os::page_size() is larger when MEMKIT_PAGE_SIZE asks for it).
+std::size_t protection_granularity() noexcept {
+  static const std::size_t size = [] {
+    const long bytes = ::sysconf(_SC_PAGESIZE);
+    return bytes > 0 ? static_cast<std::size_t>(bytes) : std::size_t{4096};
+  }();
+  return size;
+}
+
+#if defined(__linux__)
+
+namespace {
+
+std::uintptr_t parse_hex(const char*& p, const char* end) noexcept {
+  std::uintptr_t v = 0;
+  for (; p < end; ++p) {
+    const char c = *p;
+    unsigned digit;
+    if (c >= '0' && c <= '9') digit = static_cast<unsigned>(c - '0');
+    else if (c >= 'a' && c <= 'f') digit = static_cast<unsigned>(c - 'a' + 10);
+    else break;
+    v = v * 16 + digit;
+  }
+  return v;
+}
+
+}  // namespace
+
+// Reads `fd` from where it stands to its end, or until `capacity` bytes: how many it read.
+result<std::size_t> read_up_to(int fd, char* buffer, std::size_t capacity) noexcept {
+  std::size_t length = 0;
+  while (length < capacity) {
+    const ssize_t n = ::read(fd, buffer + length, capacity - length);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return result<std::size_t>::failure(errno);
+    if (n == 0) break;
+    length += static_cast<std::size_t>(n);
+  }
+  return length;
+}
+
+// /proc/self/maps, read whole into memory from map() (no malloc, no stdio) so that the walk sees
+// one snapshot, then parsed line by line: "begin-end perms offset dev inode   name".
+status for_each_region(region_visitor visit, void* context) noexcept {
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return status::failure(errno);
+  char* buffer = nullptr;
+  std::size_t capacity = 0;
+  std::size_t length = 0;
+  int error = 0;
+  for (capacity = std::size_t{1} << 20; capacity <= (std::size_t{256} << 20); capacity *= 4) {
+    auto mapped = map(capacity);
+    if (!mapped) {
+      error = mapped.error();
+      break;
+    }
+    buffer = static_cast<char*>(mapped.value());
+    length = 0;
+    if (::lseek(fd, 0, SEEK_SET) != 0) {
+      error = errno;
+      break;
+    }
+    const auto got = read_up_to(fd, buffer, capacity);
+    if (!got) error = got.error();
+    length = got ? got.value() : 0;
+    if (error != 0 || length < capacity) break;
+    (void)release(buffer, capacity);  // too small: the file did not fit
+    buffer = nullptr;
+  }
+  ::close(fd);
+  if (buffer == nullptr || error != 0) {
+    if (buffer != nullptr) (void)release(buffer, capacity);
+    return status::failure(error != 0 ? error : ENOMEM);
+  }
+  const char* line = buffer;
+  const char* const end = buffer + length;
+  while (line < end) {
+    char* eol = buffer + (line - buffer);
+    while (eol < end && *eol != '\n') ++eol;
+    *eol = '\0';  // at `end` too: the buffer has room, length < capacity
+    const char* p = line;
+    region r{};
+    r.begin = parse_hex(p, eol);
+    if (p < eol && *p == '-') ++p;
+    r.end = parse_hex(p, eol);
+    if (p < eol && *p == ' ') ++p;
+    if (eol - p >= 4) {
+      r.readable = p[0] == 'r';
+      r.writable = p[1] == 'w';
+      r.is_private = p[3] == 'p';
+    }
+    // The name: after the fifth field (perms, offset, dev, inode), past the padding.
+    int fields = 0;
+    while (p < eol && fields < 4) {
+      while (p < eol && *p != ' ') ++p;
+      while (p < eol && *p == ' ') ++p;
+      ++fields;
+    }
+    r.name = p;
+    // The kernel's pages (time data, the legacy syscall page) are no data of the process.
+    if (std::strncmp(r.name, "[vvar", 5) == 0 || std::strncmp(r.name, "[vsyscall", 9) == 0) r.readable = false;
+    line = eol + 1;
+    if (r.begin < r.end && !visit(r, context)) break;
+  }
+  (void)release(buffer, capacity);
+  return {};
+}
+
+// process_vm_readv on this process: the kernel copies, so a page unmapped meanwhile ends the copy
+// instead of faulting.
+result<std::size_t> read_memory(const void* address, void* buffer, std::size_t bytes) noexcept {
+  iovec local{buffer, bytes};
+  iovec remote{const_cast<void*>(address), bytes};
+  const ssize_t got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+  if (got >= 0) return static_cast<std::size_t>(got);
+  if (errno == EFAULT) return std::size_t{0};  // the first page is not readable
+  return result<std::size_t>::failure(errno);
+}
+
+// One byte of each system page read in place, under a handler of SIGSEGV and SIGBUS that jumps
+// back out of the fault (the way conservative collectors find the ends of their roots): where the
+// fault was is where the readable prefix ends. The handlers the program had, and its signal mask,
+// are back when this returns. Probing through the kernel instead (process_vm_readv, a byte a page)
+// costs more than copying the pages does. Only while no other thread runs: a fault of another
+// thread meanwhile would land in the handler below.
+namespace {
+
+sigjmp_buf* probe_return = nullptr;
+
+void probe_fault(int, siginfo_t*, void*) { siglongjmp(*probe_return, 1); }
+
+// Reads a byte of each page from `begin` on until `end` or a fault: where it stopped. (What lives
+// across sigsetjmp is volatile, so that the jump back finds it as the fault left it. The byte may
+// be one AddressSanitizer poisoned, a global's redzone: not checked.)
+[[gnu::noinline]] __attribute__((no_sanitize("address"))) std::uintptr_t probe_until_fault(std::uintptr_t begin,
+                                                                                       std::uintptr_t end,
+                                                                                       std::size_t page) noexcept {
+  volatile std::uintptr_t at = begin;
+  const volatile std::uintptr_t stop = end;
+  const volatile std::size_t step = page;
+  sigjmp_buf back;
+  probe_return = &back;
+  if (sigsetjmp(back, 1) == 0) {
+    while (at < stop) {
+      (void)*reinterpret_cast<const volatile char*>(at);
+      at = (at & ~(step - 1)) + step;
+    }
+  }
+  probe_return = nullptr;
+  return at;
+}
+
+}  // namespace
+
+result<std::size_t> readable_prefix(const void* address, std::size_t bytes) noexcept {
+  const std::size_t page = protection_granularity();
+  const auto begin = reinterpret_cast<std::uintptr_t>(address);
+  const std::uintptr_t end = begin + bytes;
+  struct sigaction probe {};
+  probe.sa_sigaction = probe_fault;
+  probe.sa_flags = SA_SIGINFO;
+  sigemptyset(&probe.sa_mask);
+  struct sigaction old_segv {};
+  struct sigaction old_bus {};
+  sigset_t faults;
+  sigset_t old_mask;
+  sigemptyset(&faults);
+  sigaddset(&faults, SIGSEGV);
+  sigaddset(&faults, SIGBUS);
+  if (::sigaction(SIGSEGV, &probe, &old_segv) != 0) return result<std::size_t>::failure(errno);
+  if (::sigaction(SIGBUS, &probe, &old_bus) != 0) {
+    const int error = errno;
+    (void)::sigaction(SIGSEGV, &old_segv, nullptr);
+    return result<std::size_t>::failure(error);
+  }
+  (void)::pthread_sigmask(SIG_UNBLOCK, &faults, &old_mask);  // a blocked fault would kill the process
+  const std::uintptr_t at = probe_until_fault(begin, end, page);
+  (void)::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  (void)::sigaction(SIGBUS, &old_bus, nullptr);
+  (void)::sigaction(SIGSEGV, &old_segv, nullptr);
+  return at < end ? static_cast<std::size_t>(at - begin) : bytes;
+}
+
+// Field 20 of /proc/self/stat, counted after the last ')' (the command's name may hold spaces and
+// parentheses).
+result<std::size_t> thread_count() noexcept {
+  const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return result<std::size_t>::failure(errno);
+  char text[1024];
+  const auto got = read_up_to(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (!got) return result<std::size_t>::failure(got.error());
+  text[got.value()] = '\0';
+  const char* p = std::strrchr(text, ')');
+  if (p == nullptr) return result<std::size_t>::failure(EINVAL);
+  for (int field = 2; field < 20 && *p != '\0'; ++p) {
+    if (*p == ' ') ++field;
+  }
+  std::size_t threads = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) threads = threads * 10 + static_cast<std::size_t>(*p - '0');
+  if (threads == 0) return result<std::size_t>::failure(EINVAL);
+  return threads;
+}
+
+// ---- stopped_threads: a helper task traces the other threads --------------------------------------
+//
+// The calling thread starts a task that shares its memory but is not one of its threads (clone
+// without CLONE_THREAD: a thread cannot trace its own process's threads), allows it to trace the
+// process (Yama's PR_SET_PTRACER), and waits on a futex. The helper lists /proc/PID/task, seizes
+// and interrupts each thread but the caller, waits until it stops and reads its registers, and
+// lists again until a pass finds no new thread (one not stopped yet may have started another).
+// It then reports "stopped" and waits for "resume", detaches every thread (passing on a signal
+// that arrived meanwhile) and exits; the caller reaps it. The helper runs on a stack of its own
+// but with the caller's thread pointer, so it makes raw system calls only (raw()) and touches no
+// thread-local state, errno included. Under ThreadSanitizer, which cannot follow such a task,
+// stop() fails with ENOSYS.
+namespace {
+
+#if defined(__SANITIZE_THREAD__)
+#define MEMKIT_OS_NO_STOPPED_THREADS 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MEMKIT_OS_NO_STOPPED_THREADS 1
+#endif
+#endif
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#define MEMKIT_OS_NO_STOPPED_THREADS 1  // the stack pointer's place in the registers is known for these
+#endif
+
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+
+#define MEMKIT_OS_HELPER __attribute__((no_sanitize("address", "undefined")))
+
+enum stop_phase : int { starting, go, all_stopped, stop_failed, resuming };
+
+struct stopped_slot {
+  int tid;
+  int signal;  // a signal the thread was about to take when it stopped: passed on at detach
+  user_regs_struct registers;
+};
+
+struct stop_state {
+  std::atomic<int> phase;  // the futex word
+  int error;
+  int process_id;
+  int caller_tid;
+  int helper_pid;
+  std::size_t count;
+  std::size_t capacity;
+  std::size_t bytes;  // of the whole mapping: this header, the slots, the helper's stack
+  stopped_slot* slots() noexcept { return reinterpret_cast<stopped_slot*>(this + 1); }
+};
+static_assert(sizeof(stop_state) % alignof(stopped_slot) == 0);
+
+constexpr std::size_t stop_capacity = 4096;  // threads; more and stop() fails (E2BIG)
+constexpr std::size_t helper_stack_bytes = std::size_t{64} << 10;
+constexpr long per_thread_wait_ns = 2'000'000'000;  // a thread not stopped by then: ETIMEDOUT
+
+// A system call without the C library: the result, or minus the error (no errno: the helper's
+// would be the caller's, which the caller's own calls write meanwhile).
+MEMKIT_OS_HELPER long raw(long number, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) noexcept {
+#if defined(__x86_64__)
+  long result;
+  register long r10 asm("r10") = d;
+  register long r8 asm("r8") = e;
+  asm volatile("syscall"
+               : "=a"(result)
+               : "a"(number), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+               : "rcx", "r11", "memory");
+  return result;
+#else
+  register long x8 asm("x8") = number;
+  register long x0 asm("x0") = a;
+  register long x1 asm("x1") = b;
+  register long x2 asm("x2") = c;
+  register long x3 asm("x3") = d;
+  register long x4 asm("x4") = e;
+  asm volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+  return x0;
+#endif
+}
+
+MEMKIT_OS_HELPER void futex_wait(std::atomic<int>& word, int value, long timeout_ns) noexcept {
+  timespec timeout{timeout_ns / 1'000'000'000, timeout_ns % 1'000'000'000};
+  (void)raw(SYS_futex, reinterpret_cast<long>(&word), FUTEX_WAIT, value, timeout_ns > 0 ? reinterpret_cast<long>(&timeout) : 0);
+}
+
+MEMKIT_OS_HELPER void futex_wake(std::atomic<int>& word) noexcept {
+  (void)raw(SYS_futex, reinterpret_cast<long>(&word), FUTEX_WAKE, 1 << 30);
+}
+
+MEMKIT_OS_HELPER std::uintptr_t stack_pointer_of(const user_regs_struct& r) noexcept {
+#if defined(__x86_64__)
+  return static_cast<std::uintptr_t>(r.rsp);
+#else
+  return static_cast<std::uintptr_t>(r.sp);
+#endif
+}
+
+// Waits until `tid`, just interrupted, stops: 1 when it did (its slot filled), 0 when it exited
+// meanwhile, else a negative error.
+MEMKIT_OS_HELPER long wait_for_stop(stopped_slot& slot) noexcept {
+  long waited_ns = 0;
+  long pause_ns = 1000;
+  int yields = 0;
+  for (;;) {
+    int status = 0;
+    const long r = raw(SYS_wait4, slot.tid, reinterpret_cast<long>(&status), __WALL | WNOHANG, 0);
+    if (r == -EINTR) continue;
+    if (r < 0) return r;
+    if (r == slot.tid) {
+      if (WIFEXITED(status) || WIFSIGNALED(status)) return 0;
+      if (!WIFSTOPPED(status)) continue;
+      // The interrupt's own stop, or a group stop, reads PTRACE_EVENT_STOP in the upper bits; a
+      // signal's delivery stop does not, and the signal is passed on when the thread is let go.
+      slot.signal = (status >> 16) == PTRACE_EVENT_STOP ? 0 : WSTOPSIG(status);
+      iovec registers{&slot.registers, sizeof slot.registers};
+      const long got = raw(SYS_ptrace, PTRACE_GETREGSET, slot.tid, NT_PRSTATUS, reinterpret_cast<long>(&registers));
+      return got < 0 ? got : 1;
+    }
+    if (waited_ns >= per_thread_wait_ns) return -ETIMEDOUT;
+    // A thread stops within microseconds: yield first (the shortest sleep lasts the timer's
+    // slack, 50 us by default, per thread).
+    if (yields < 200) {
+      ++yields;
+      (void)raw(SYS_sched_yield);
+      continue;
+    }
+    timespec pause{0, pause_ns};
+    (void)raw(SYS_nanosleep, reinterpret_cast<long>(&pause), 0);
+    waited_ns += pause_ns;
+    if (pause_ns < 1'000'000) pause_ns *= 2;
+  }
+}
+
+struct dirent64_header {
+  std::uint64_t inode;
+  std::int64_t offset;
+  unsigned short length;
+  unsigned char type;
+  char name[1];
+};
+
+// Appends the decimal digits of `value` (above 0) at path[n]; returns the new length.
+MEMKIT_OS_HELPER std::size_t append_number(char* path, std::size_t n, int value) noexcept {
+  char digits[16];
+  std::size_t d = 0;
+  for (; value > 0; value /= 10) digits[d++] = static_cast<char>('0' + value % 10);
+  while (d > 0) path[n++] = digits[--d];
+  return n;
+}
+
+// Whether thread `tid` has exited and waits to be reaped (a zombie: the main thread after
+// pthread_exit while others run), which ptrace refuses (EPERM) and which runs nothing: its state
+// in /proc/PID/task/TID/stat, after the command's name in parentheses.
+MEMKIT_OS_HELPER bool exited(int process_id, int tid) noexcept {
+  char path[64] = "/proc/";
+  std::size_t n = append_number(path, 6, process_id);
+  std::memcpy(path + n, "/task/", 6);
+  n = append_number(path, n + 6, tid);
+  std::memcpy(path + n, "/stat", 6);
+  const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fd == -ENOENT;
+  char text[512];
+  const long got = raw(SYS_read, fd, reinterpret_cast<long>(text), sizeof text - 1);
+  (void)raw(SYS_close, fd);
+  if (got <= 0) return false;
+  const char* state = nullptr;
+  for (long i = 0; i < got; ++i) {
+    if (text[i] == ')') state = text + i;
+  }
+  return state != nullptr && state + 2 < text + got && (state[2] == 'Z' || state[2] == 'X');
+}
+
+// One pass over /proc/PID/task: seizes every thread not stopped yet. 1 when it found one, 0 when
+// none, else a negative error.
+MEMKIT_OS_HELPER long stop_new_threads(stop_state& st) noexcept {
+  char path[64] = "/proc/";
+  const std::size_t n = append_number(path, 6, st.process_id);
+  std::memcpy(path + n, "/task", 6);
+  const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return fd;
+  long found = 0;
+  alignas(8) char buffer[4096];
+  for (;;) {
+    const long got = raw(SYS_getdents64, fd, reinterpret_cast<long>(buffer), sizeof buffer);
+    if (got <= 0) {
+      if (got < 0) found = got;
+      break;
+    }
+    for (long at = 0; at < got && found >= 0;) {
+      const auto* entry = reinterpret_cast<const dirent64_header*>(buffer + at);
+      at += entry->length;
+      int tid = 0;
+      const char* c = entry->name;
+      for (; *c >= '0' && *c <= '9'; ++c) tid = tid * 10 + (*c - '0');
+      if (*c != '\0' || tid == 0 || tid == st.caller_tid) continue;
+      bool known = false;
+      for (std::size_t i = 0; i < st.count && !known; ++i) known = st.slots()[i].tid == tid;
+      if (known) continue;
+      if (st.count == st.capacity) {
+        found = -E2BIG;
+        break;
+      }
+      const long seized = raw(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0);
+      if (seized == -ESRCH || (seized == -EPERM && exited(st.process_id, tid))) continue;  // it exited
+      if (seized < 0) {
+        found = seized;
+        break;
+      }
+      stopped_slot& slot = st.slots()[st.count++];
+      slot.tid = tid;
+      slot.signal = 0;
+      found = 1;
+      long stopped = raw(SYS_ptrace, PTRACE_INTERRUPT, tid, 0, 0);
+      if (stopped == 0) stopped = wait_for_stop(slot);
+      if (stopped == 0 || stopped == -ESRCH) --st.count;  // gone, nothing to let go
+      else if (stopped < 0) found = stopped;
+    }
+    if (found < 0) break;
+  }
+  (void)raw(SYS_close, fd);
+  return found;
+}
+
+MEMKIT_OS_HELPER int helper_main(void* argument) noexcept {
+  auto& st = *static_cast<stop_state*>(argument);
+  while (st.phase.load(std::memory_order_acquire) == starting) futex_wait(st.phase, starting, 0);
+  long error = 0;
+  if (st.phase.load(std::memory_order_acquire) == go) {
+    for (int pass = 0;; ++pass) {
+      const long found = stop_new_threads(st);
+      if (found <= 0) {
+        error = found;
+        break;
+      }
+      if (pass == 64) {
+        error = -EAGAIN;  // threads keep starting threads
+        break;
+      }
+    }
+  }
+  int expected = go;
+  st.error = static_cast<int>(-error);
+  if (st.phase.compare_exchange_strong(expected, error == 0 ? all_stopped : stop_failed, std::memory_order_acq_rel)) {
+    futex_wake(st.phase);
+    if (error == 0) {
+      while (st.phase.load(std::memory_order_acquire) == all_stopped) futex_wait(st.phase, all_stopped, 0);
+    }
+  }
+  for (std::size_t i = 0; i < st.count; ++i) (void)raw(SYS_ptrace, PTRACE_DETACH, st.slots()[i].tid, 0, st.slots()[i].signal);
+  return 0;
+}
+
+#endif  // MEMKIT_OS_NO_STOPPED_THREADS
+
+}  // namespace
+
+status stopped_threads::stop() noexcept {
+#ifdef MEMKIT_OS_NO_STOPPED_THREADS
+  return status::failure(ENOSYS);
+#else
+  resume();
+  const int saved_errno = errno;
+  const std::size_t page = protection_granularity();
+  const std::size_t state_bytes = (sizeof(stop_state) + stop_capacity * sizeof(stopped_slot) + page - 1) & ~(page - 1);
+  const std::size_t bytes = state_bytes + helper_stack_bytes;
+  auto mapped = map(bytes);
+  if (!mapped) return status::failure(mapped.error());
+  auto* st = new (mapped.value()) stop_state{};
+  st->phase.store(starting, std::memory_order_relaxed);
+  st->process_id = static_cast<int>(::getpid());
+  st->caller_tid = static_cast<int>(::syscall(SYS_gettid));
+  st->capacity = stop_capacity;
+  st->bytes = bytes;
+  auto* stack_top = static_cast<unsigned char*>(mapped.value()) + bytes;
+  const int helper = ::clone(helper_main, stack_top, CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, st);
+  if (helper < 0) {
+    const int error = errno;
+    (void)release(mapped.value(), bytes);
+    errno = saved_errno;
+    return status::failure(error);
+  }
+  st->helper_pid = helper;
+  // Where Yama allows tracing only by ancestors, allow the helper; elsewhere this fails (EINVAL)
+  // and changes nothing.
+  const bool allowed = ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(helper), 0, 0, 0) == 0;
+  st->phase.store(go, std::memory_order_release);
+  futex_wake(st->phase);
+  int phase = go;
+  while ((phase = st->phase.load(std::memory_order_acquire)) == go) {
+    futex_wait(st->phase, go, 100'000'000);
+    int status = 0;
+    if (st->phase.load(std::memory_order_acquire) == go &&
+        raw(SYS_wait4, helper, reinterpret_cast<long>(&status), __WALL | WNOHANG, 0) == helper) {
+      phase = stop_failed;  // the helper died (its threads, if any, let go with it)
+      st->error = ECHILD;
+      st->helper_pid = 0;
+      break;
+    }
+  }
+  if (allowed) (void)::prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+  if (phase != all_stopped) {
+    const int error = st->error != 0 ? st->error : EAGAIN;
+    int status = 0;
+    if (st->helper_pid != 0) {
+      while (raw(SYS_wait4, helper, reinterpret_cast<long>(&status), __WALL, 0) == -EINTR) {
+      }
+    }
+    (void)release(mapped.value(), bytes);
+    errno = saved_errno;
+    return status::failure(error);
+  }
+  state_ = st;
+  errno = saved_errno;
+  return {};
+#endif
+}
+
+void stopped_threads::resume() noexcept {
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (state_ == nullptr) return;
+  const int saved_errno = errno;
+  auto* st = static_cast<stop_state*>(state_);
+  st->phase.store(resuming, std::memory_order_release);
+  futex_wake(st->phase);
+  int status = 0;
+  while (raw(SYS_wait4, st->helper_pid, reinterpret_cast<long>(&status), __WALL, 0) == -EINTR) {
+  }
+  (void)release(st, st->bytes);
+  state_ = nullptr;
+  errno = saved_errno;
+#endif
+}
+
+std::size_t stopped_threads::count() const noexcept {
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (state_ != nullptr) return static_cast<const stop_state*>(state_)->count;
+#endif
+  return 0;
+}
+
+stopped_threads::thread stopped_threads::at(std::size_t i) const noexcept {
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  const stopped_slot& slot = static_cast<stop_state*>(state_)->slots()[i];
+  return {stack_pointer_of(slot.registers), &slot.registers, sizeof slot.registers};
+#else
+  (void)i;
+  return {};
+#endif
+}
+
+std::uintptr_t stopped_threads::storage_begin() const noexcept { return reinterpret_cast<std::uintptr_t>(state_); }
+
+std::uintptr_t stopped_threads::storage_end() const noexcept {
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (state_ != nullptr) return storage_begin() + static_cast<const stop_state*>(state_)->bytes;
+#endif
+  return storage_begin();
+}
+
+#else
+
+// Elsewhere no portable way to list mappings: the leak scan then has no roots beyond its caller's.
+status for_each_region(region_visitor, void*) noexcept { return status::failure(ENOSYS); }
+
+result<std::size_t> read_memory(const void*, void*, std::size_t) noexcept {
+  return result<std::size_t>::failure(ENOSYS);
+}
+
+result<std::size_t> readable_prefix(const void*, std::size_t) noexcept { return result<std::size_t>::failure(ENOSYS); }
+
+result<std::size_t> thread_count() noexcept { return result<std::size_t>::failure(ENOSYS); }
+
+status stopped_threads::stop() noexcept { return status::failure(ENOSYS); }
+void stopped_threads::resume() noexcept {}
+std::size_t stopped_threads::count() const noexcept { return 0; }
+stopped_threads::thread stopped_threads::at(std::size_t) const noexcept { return {}; }
+std::uintptr_t stopped_threads::storage_begin() const noexcept { return 0; }
+std::uintptr_t stopped_threads::storage_end() const noexcept { return 0; }
+
+#endif
+
+status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept {
+  // mincore answers per system page; with a larger page_size() (MEMKIT_PAGE_SIZE) each of ours is
+  // resident when any of its system pages is, asked one of ours at a time.
+  const std::size_t page = page_size();
+  const std::size_t per_page = page / protection_granularity();  // at most 1 MiB / 4 KiB
+  unsigned char system_pages[256];
+  unsigned char* answer = per_page == 1 ? resident : system_pages;
+  const std::size_t step = per_page == 1 ? bytes : page;
+  for (std::size_t offset = 0, i = 0; offset < bytes; offset += step, ++i) {
+    const std::size_t length = bytes - offset < step ? bytes - offset : step;
+    void* at = const_cast<char*>(static_cast<const char*>(address)) + offset;
+#if defined(__APPLE__)
+    if (::mincore(at, length, reinterpret_cast<char*>(answer)) != 0) return status::failure(errno);
+#else
+    if (::mincore(at, length, answer) != 0) return status::failure(errno);
+#endif
+    if (per_page != 1) {
+      unsigned char any = 0;
+      for (std::size_t j = 0; j < (length + protection_granularity() - 1) / protection_granularity(); ++j) any |= answer[j];
+      resident[i] = any;
+    }
+  }
+  for (std::size_t i = 0, n = (bytes + page - 1) / page; i < n; ++i) resident[i] &= 1;
+  return {};
+}
+
+status mapped(const void* address, std::size_t bytes) noexcept {
+  if (bytes == 0) return {};
+#if defined(__linux__)
+  // msync walks the mappings of the range and fails with ENOMEM at a gap; MS_ASYNC writes nothing
+  // back for anonymous memory, so this costs a walk of the range's mappings and no more.
+  if (::msync(const_cast<void*>(address), bytes, MS_ASYNC) != 0) return status::failure(errno);
+  return {};
+#else
+  return status::failure(ENOSYS);
+#endif
+}
+
+}  // namespace memkit::os::process
