@@ -221,9 +221,9 @@ class general_allocator final : public allocator {
   // indirectly) blocks not suppressed. Blocks allocated before debug mode was switched on have no
   // records: they are scanned as roots, never reported. Outside debug mode, reports the live block
   // count per page without traces and returns the live block count. Other threads are stopped
-  // while the reachable blocks are found (Linux, with ptrace; a thread in a system call goes on
-  // with it afterwards); where they cannot be, their registers are not seen and their whole stacks
-  // are scanned.
+  // while the reachable blocks are found (Linux: ptrace, and a thread in a system call goes on with
+  // it afterwards; Windows: SuspendThread); where they cannot be, their registers are not seen and
+  // their whole stacks are scanned.
   std::size_t report_leaks(int fd) const noexcept;
   // Same, also filling `summary` with the counts of every class.
   std::size_t report_leaks(int fd, leak_summary& summary) const noexcept;

@@ -62,11 +62,13 @@ result<std::size_t> thread_count() noexcept;
 // unmap it or fault meanwhile) and each thread's registers and stack pointer are known (below the
 // pointer its stack holds only dead frames). On Linux a helper task traces the threads (ptrace,
 // as LeakSanitizer stops them), so that a thread stopped in a system call goes on with it
-// afterwards as if nothing happened: no EINTR, no handler of the program's run. stop() fails, and
-// nothing stays stopped, where the system refuses (a seccomp filter, Yama's ptrace scope, a
-// debugger tracing the process already) or has no way here (ENOSYS; Windows: ERROR_NOT_SUPPORTED),
-// or when a thread does not stop within two seconds (ETIMEDOUT: one in an uninterruptible wait).
-// Nothing here calls malloc; every system call of the helper is a raw one.
+// afterwards as if nothing happened: no EINTR, no handler of the program's run; every system call
+// of the helper is a raw one. On Windows each thread is suspended (SuspendThread) and its context
+// read. stop() fails, and nothing stays stopped, where the system refuses (a seccomp filter,
+// Yama's ptrace scope, a debugger tracing the process already), where there is no way here
+// (ENOSYS: other systems, ThreadSanitizer), when a thread does not stop within two seconds
+// (ETIMEDOUT: one in an uninterruptible wait) or when threads keep starting threads. Nothing here
+// calls malloc.
 class stopped_threads {
  public:
   struct thread {

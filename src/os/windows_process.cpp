@@ -106,15 +106,138 @@ result<std::size_t> thread_count() noexcept {
   return threads;
 }
 
-// Not here yet: SuspendThread and GetThreadContext would stop the threads, but a Toolhelp snapshot
-// taken while one is suspended may wait for the heap lock it holds. The leak scan then reads the
-// other threads' stacks whole, and copies.
-status stopped_threads::stop() noexcept { return status::failure(ERROR_NOT_SUPPORTED); }
-void stopped_threads::resume() noexcept {}
-std::size_t stopped_threads::count() const noexcept { return 0; }
-stopped_threads::thread stopped_threads::at(std::size_t) const noexcept { return {}; }
-std::uintptr_t stopped_threads::storage_begin() const noexcept { return 0; }
-std::uintptr_t stopped_threads::storage_end() const noexcept { return 0; }
+// ---- stopped_threads: SuspendThread and GetThreadContext --------------------------------------
+//
+// Each thread of a Toolhelp snapshot but the caller is suspended, and its context read (which
+// also waits until the suspension took effect: SuspendThread only asks for it); snapshots are taken
+// again until one lists no thread not suspended yet (one running may have started another).
+// resume() resumes them in the same order. Nothing here takes a lock a suspended thread could hold:
+// the snapshot's memory comes from the system, not from the process's heap.
+namespace {
+
+struct stopped_slot {
+  CONTEXT context;  // first: it must be 16-byte aligned on x64
+  HANDLE handle;
+  DWORD tid;
+};
+
+struct stop_state {
+  std::size_t count;
+  std::size_t capacity;
+  std::size_t bytes;
+  stopped_slot* slots() noexcept {
+    const auto after = reinterpret_cast<std::uintptr_t>(this + 1);
+    return reinterpret_cast<stopped_slot*>((after + alignof(stopped_slot) - 1) & ~(alignof(stopped_slot) - 1));
+  }
+};
+
+constexpr std::size_t stop_capacity = 4096;  // threads; more and stop() fails
+constexpr int stop_rounds = 16;              // snapshots that keep finding new threads; then it fails
+
+// Suspends the threads of one snapshot not suspended yet: how many, or the system's error.
+result<std::size_t> suspend_new_threads(stop_state& st) noexcept {
+  const HANDLE snapshot = ::CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
+  if (snapshot == INVALID_HANDLE_VALUE) return result<std::size_t>::failure(static_cast<int>(::GetLastError()));
+  const DWORD self = ::GetCurrentProcessId();
+  const DWORD caller = ::GetCurrentThreadId();
+  THREADENTRY32 entry;
+  entry.dwSize = sizeof entry;
+  std::size_t found = 0;
+  int error = 0;
+  for (BOOL more = ::Thread32First(snapshot, &entry); more != 0 && error == 0;
+       more = ::Thread32Next(snapshot, &entry), entry.dwSize = sizeof entry) {
+    if (entry.th32OwnerProcessID != self || entry.th32ThreadID == caller) continue;
+    bool known = false;
+    for (std::size_t i = 0; i < st.count && !known; ++i) known = st.slots()[i].tid == entry.th32ThreadID;
+    if (known) continue;
+    if (st.count == st.capacity) {
+      error = ERROR_NOT_ENOUGH_MEMORY;  // no room for more threads
+      break;
+    }
+    const HANDLE thread =
+        ::OpenThread(THREAD_SUSPEND_RESUME | THREAD_GET_CONTEXT | THREAD_QUERY_INFORMATION, FALSE, entry.th32ThreadID);
+    if (thread == nullptr) continue;  // it exited
+    if (::SuspendThread(thread) == static_cast<DWORD>(-1)) {
+      ::CloseHandle(thread);
+      continue;
+    }
+    stopped_slot& slot = st.slots()[st.count];
+    slot.context.ContextFlags = CONTEXT_INTEGER | CONTEXT_CONTROL;
+    if (::GetThreadContext(thread, &slot.context) == 0) {  // it is exiting
+      ::ResumeThread(thread);
+      ::CloseHandle(thread);
+      continue;
+    }
+    slot.handle = thread;
+    slot.tid = entry.th32ThreadID;
+    ++st.count;
+    ++found;
+  }
+  ::CloseHandle(snapshot);
+  if (error != 0) return result<std::size_t>::failure(error);
+  return found;
+}
+
+std::uintptr_t stack_pointer_of(const CONTEXT& c) noexcept {
+#if defined(_M_X64) || defined(__x86_64__)
+  return static_cast<std::uintptr_t>(c.Rsp);
+#elif defined(_M_ARM64) || defined(__aarch64__)
+  return static_cast<std::uintptr_t>(c.Sp);
+#else
+  return static_cast<std::uintptr_t>(c.Esp);
+#endif
+}
+
+}  // namespace
+
+status stopped_threads::stop() noexcept {
+  resume();
+  const std::size_t page = page_size();
+  const std::size_t bytes =
+      (sizeof(stop_state) + alignof(stopped_slot) + stop_capacity * sizeof(stopped_slot) + page - 1) & ~(page - 1);
+  auto mapped = map(bytes);
+  if (!mapped) return status::failure(mapped.error());
+  auto* st = static_cast<stop_state*>(mapped.value());
+  st->count = 0;
+  st->capacity = stop_capacity;
+  st->bytes = bytes;
+  state_ = st;
+  for (int round = 0;; ++round) {
+    const auto found = suspend_new_threads(*st);
+    if (found && found.value() == 0) return {};
+    if (!found || round + 1 == stop_rounds) {
+      const int error = found ? ERROR_BUSY : found.error();
+      resume();
+      return status::failure(error);
+    }
+  }
+}
+
+void stopped_threads::resume() noexcept {
+  if (state_ == nullptr) return;
+  auto* st = static_cast<stop_state*>(state_);
+  for (std::size_t i = 0; i < st->count; ++i) {
+    ::ResumeThread(st->slots()[i].handle);
+    ::CloseHandle(st->slots()[i].handle);
+  }
+  (void)release(st, st->bytes);
+  state_ = nullptr;
+}
+
+std::size_t stopped_threads::count() const noexcept {
+  return state_ != nullptr ? static_cast<const stop_state*>(state_)->count : 0;
+}
+
+stopped_threads::thread stopped_threads::at(std::size_t i) const noexcept {
+  const stopped_slot& slot = static_cast<stop_state*>(state_)->slots()[i];
+  return {stack_pointer_of(slot.context), &slot.context, sizeof slot.context};
+}
+
+std::uintptr_t stopped_threads::storage_begin() const noexcept { return reinterpret_cast<std::uintptr_t>(state_); }
+
+std::uintptr_t stopped_threads::storage_end() const noexcept {
+  return state_ != nullptr ? storage_begin() + static_cast<const stop_state*>(state_)->bytes : storage_begin();
+}
 
 // Committed pages may hold data (Windows has no cheap residency query short of the working set
 // API): one VirtualQuery per run of pages in the same state.
