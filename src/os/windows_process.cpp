@@ -112,7 +112,8 @@ result<std::size_t> thread_count() noexcept {
 // also waits until the suspension took effect: SuspendThread only asks for it); snapshots are taken
 // again until one lists no thread not suspended yet (one running may have started another).
 // resume() resumes them in the same order. Nothing here takes a lock a suspended thread could hold:
-// the snapshot's memory comes from the system, not from the process's heap.
+// Toolhelp maps its snapshot's memory from the system rather than taking it from the process's
+// heap (whose lock a suspended thread may hold), and so does stop() its own table.
 namespace {
 
 struct stopped_slot {
