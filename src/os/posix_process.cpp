@@ -494,9 +494,9 @@ status stopped_threads::stop() noexcept {
 #else
   resume();
   const int saved_errno = errno;
-  const std::size_t page = protection_granularity();
-  const std::size_t state_bytes = (sizeof(stop_state) + stop_capacity * sizeof(stopped_slot) + page - 1) & ~(page - 1);
-  const std::size_t bytes = state_bytes + helper_stack_bytes;
+  const std::size_t page = page_size();  // map()'s unit, which MEMKIT_PAGE_SIZE may make larger
+  const std::size_t bytes =
+      (sizeof(stop_state) + stop_capacity * sizeof(stopped_slot) + helper_stack_bytes + page - 1) & ~(page - 1);
   auto mapped = map(bytes);
   if (!mapped) return status::failure(mapped.error());
   auto* st = new (mapped.value()) stop_state{};
