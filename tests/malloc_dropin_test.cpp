@@ -222,6 +222,14 @@ TEST(malloc_preload_debug, a_block_only_a_blocked_threads_register_holds_is_reac
   EXPECT_FALSE(contains(out.output, "2468 bytes, definitely lost")) << out.output;
 }
 
+// A stopped thread's stack pointer trims only a mapping that is a stack of its own: in one
+// carved into coroutine stacks, the suspended ones below the running one are read too.
+TEST(malloc_preload_debug, a_block_a_suspended_coroutine_stack_holds_is_reachable) {
+  auto out = misuse_with("thread-coroutine-stacks", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 3579 bytes, still reachable")) << out.output;
+}
+
 // Where the system refuses tracing (a seccomp filter), the report runs without stopping the
 // other threads, and still finds the main thread's lost block.
 TEST(malloc_preload_debug, the_leak_report_works_where_threads_cannot_be_stopped) {

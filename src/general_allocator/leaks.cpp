@@ -271,7 +271,7 @@ class leak_scanner {
   void scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexcept;
   void scan_root_range(std::uintptr_t begin, std::uintptr_t end) noexcept;
   void scan_resident(std::uintptr_t begin, std::uintptr_t end) noexcept;
-  std::uintptr_t live_part_of(std::uintptr_t begin, std::uintptr_t end) const noexcept;
+  std::uintptr_t live_part_of(const os::process::region& r, bool after_guard) const noexcept;
   void scan_other_instance(const segment* s) noexcept;
   // The most blocks of a page scan_untracked_page() tells free from live (an 8-byte class in a
   // 64 KiB page); a page of more is read whole.
@@ -400,6 +400,7 @@ class leak_scanner {
   // stacks are scanned from their stack pointers up, their registers too. Where it cannot, their
   // stacks are scanned whole (dead frames included) and their registers are not seen.
   const os::process::stopped_threads* others_ = nullptr;
+  std::uintptr_t guard_end_ = 0;  // the end of the last region walked when it was a guard (no access)
   std::size_t scanned_bytes_ = 0;  // by scan(), so far
   std::size_t root_bytes_ = 0;
   scratch copy_memory_;
@@ -1248,8 +1249,10 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
   (void)os::process::for_each_region(
       [](const os::process::region& r, void* context) {
         auto* self = static_cast<leak_scanner*>(context);
+        const bool after_guard = r.begin == self->guard_end_;
+        self->guard_end_ = !r.readable && !r.writable ? r.end : 0;
         if (!r.readable || !r.writable || !r.is_private || r.end - r.begin > largest_root_mapping) return true;
-        self->scan_resident(self->live_part_of(r.begin, r.end), r.end);
+        self->scan_resident(self->live_part_of(r, after_guard), r.end);
         return true;
       },
       this);
@@ -1258,16 +1261,22 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
 }
 
 // Where a stack holds the caller's or a stopped thread's stack pointer, only the frames from that
-// pointer up are live (a thread's red zone below it included); other mappings are read whole.
-std::uintptr_t leak_scanner::live_part_of(std::uintptr_t begin, std::uintptr_t end) const noexcept {
-  if (stack_low_ >= begin && stack_low_ < end) return stack_low_ & ~std::uintptr_t{7};
+// pointer up are live (a thread's red zone below it included); other mappings are read whole. A
+// stopped thread's pointer trims only a mapping that is a stack of its own: the main thread's, or
+// one right above a guard (how threads' stacks and guarded coroutine stacks are mapped). A thread
+// running on a stack carved from a larger mapping (coroutine stacks side by side, no guards) may
+// have live stacks below its own in it: that mapping is read whole, as LeakSanitizer reads a
+// thread's whole stack when its pointer lies outside it.
+std::uintptr_t leak_scanner::live_part_of(const os::process::region& r, bool after_guard) const noexcept {
+  if (stack_low_ >= r.begin && stack_low_ < r.end) return stack_low_ & ~std::uintptr_t{7};
+  if (!after_guard && std::strcmp(r.name, "[stack]") != 0) return r.begin;
   for (std::size_t i = 0; others_ != nullptr && i < others_->count(); ++i) {
     const std::uintptr_t sp = others_->at(i).stack_pointer;
-    if (sp < begin || sp >= end) continue;
+    if (sp < r.begin || sp >= r.end) continue;
     const std::uintptr_t low = sp - os::process::stopped_threads::red_zone_bytes;
-    return low > begin ? low & ~std::uintptr_t{7} : begin;
+    return low > r.begin ? low & ~std::uintptr_t{7} : r.begin;
   }
-  return begin;
+  return r.begin;
 }
 
 // Large mappings are mostly reservations never touched (arenas of other allocators, thread

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <linux/filter.h>
@@ -123,6 +124,21 @@ static int refuse_tracing(void) {
 #endif
 }
 
+static void* block_forever(void* unused) {
+  (void)unused;
+  worker_ready = 1;
+  for (;;) pause();
+  return NULL;
+}
+
+/* Out of line, with a scrub of the stack after it, so that no copy of the block's address stays
+   in main's frame or in a dead one above the exit-time report's. */
+__attribute__((noinline)) static void keep_block_at(void** where) { *where = malloc(3579); }
+__attribute__((noinline)) static void scrub_stack(void) {
+  volatile char scrub[16384];
+  for (size_t i = 0; i < sizeof scrub; ++i) scrub[i] = 0;
+}
+
 static void start_worker(void* (*body)(void*), pthread_t* thread) {
   if (pthread_create(thread, NULL, body, NULL) != 0) abort();
   while (!worker_ready) usleep(1000);
@@ -230,6 +246,26 @@ int main(int argc, char** argv) {
     start_worker(lose_then_block, &worker);
     launder(malloc(1234));
     slot = NULL;
+    return 0;
+  }
+  /* A thread running on a stack carved from a larger mapping, as coroutine libraries carve
+     them, with a suspended coroutine's stack below it in the same mapping holding the only
+     address of a block: reachable. */
+  if (strcmp(what, "thread-coroutine-stacks") == 0) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t size = (size_t)1 << 20;
+    char* area = mmap(NULL, page + size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED || mprotect(area, page, PROT_READ) != 0) return 3; /* no guard below */
+    char* stacks = area + page;
+    keep_block_at((void**)(stacks + 4096)); /* the low half: the suspended coroutine's frames */
+    scrub_stack();
+    pthread_attr_t attributes;
+    pthread_t worker;
+    if (pthread_attr_init(&attributes) != 0 || pthread_attr_setstack(&attributes, stacks + size / 2, size / 2) != 0 ||
+        pthread_create(&worker, &attributes, block_forever, NULL) != 0)
+      return 3;
+    while (!worker_ready) usleep(1000);
+    usleep(20000);
     return 0;
   }
   if (strcmp(what, "thread-register") == 0) {
