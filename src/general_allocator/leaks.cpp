@@ -400,7 +400,7 @@ class leak_scanner {
   // stacks are scanned from their stack pointers up, their registers too. Where it cannot, their
   // stacks are scanned whole (dead frames included) and their registers are not seen.
   const os::process::stopped_threads* others_ = nullptr;
-  std::uintptr_t guard_end_ = 0;  // the end of the last region walked when it was a guard (no access)
+  std::uintptr_t guard_end_ = 0;  // the end of the last region walked when it was a guard (unreadable)
   std::size_t scanned_bytes_ = 0;  // by scan(), so far
   std::size_t root_bytes_ = 0;
   scratch copy_memory_;
@@ -1250,7 +1250,7 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
       [](const os::process::region& r, void* context) {
         auto* self = static_cast<leak_scanner*>(context);
         const bool after_guard = r.begin == self->guard_end_;
-        self->guard_end_ = !r.readable && !r.writable ? r.end : 0;
+        self->guard_end_ = r.readable ? 0 : r.end;
         if (!r.readable || !r.writable || !r.is_private || r.end - r.begin > largest_root_mapping) return true;
         self->scan_resident(self->live_part_of(r, after_guard), r.end);
         return true;
