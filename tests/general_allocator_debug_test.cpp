@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "memkit/general_allocator.hpp"
-#include "support/refuse_tracing.hpp"
+#include "support/refuse_tracing.h"
 
 namespace {
 
@@ -692,7 +692,7 @@ void free_the_blocks_beside_faults(general_allocator& a, const roots_beside_faul
 enum class other_thread { none, stopped, running };
 
 void report_with_roots_beside_faults(other_thread mode) {
-  if (mode == other_thread::running && !MEMKIT_HAS_ASAN && !memkit::testing::refuse_tracing()) {
+  if (mode == other_thread::running && !MEMKIT_HAS_ASAN && !memkit_refuse_tracing()) {
     std::fprintf(stderr, "no seccomp filters here: the other thread is stopped, not copied around\n");
   }
   general_allocator::leak_summary summary;

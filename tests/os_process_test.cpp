@@ -23,7 +23,7 @@
 
 #include "../src/os/process.hpp"
 #include "memkit/os.hpp"
-#include "support/refuse_tracing.hpp"
+#include "support/refuse_tracing.h"
 
 namespace {
 
@@ -443,7 +443,7 @@ TEST(os_process, stop_fails_and_stops_nothing_where_tracing_is_refused) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    if (!memkit::testing::refuse_tracing()) ::_exit(10);
+    if (!memkit_refuse_tracing()) ::_exit(10);
     int code = 0;
     {
       counting_thread other;

@@ -15,13 +15,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#if defined(__linux__)
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#endif
+
+#include "../support/refuse_tracing.h"
 
 static void* volatile slot;
 
@@ -107,23 +102,6 @@ static void* sleep_through(void* unused) {
   return nanosleep(&t, NULL) == 0 ? NULL : (void*)1;
 }
 
-/* Makes every ptrace call of the process fail with EPERM, as a container's seccomp filter may:
-   false where the system has no such filters. */
-static int refuse_tracing(void) {
-#if defined(__linux__)
-  struct sock_filter rules[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (unsigned)offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  struct sock_fprog program = {(unsigned short)(sizeof rules / sizeof rules[0]), rules};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
-#else
-  return 0;
-#endif
-}
-
 static void* block_forever(void* unused) {
   (void)unused;
   worker_ready = 1;
@@ -139,10 +117,13 @@ __attribute__((noinline)) static void scrub_stack(void) {
   for (size_t i = 0; i < sizeof scrub; ++i) scrub[i] = 0;
 }
 
-static void start_worker(void* (*body)(void*), pthread_t* thread) {
-  if (pthread_create(thread, NULL, body, NULL) != 0) abort();
+/* Starts `body` on a thread of its own and waits until it is in the kernel. */
+static pthread_t start_worker(void* (*body)(void*), const pthread_attr_t* attributes) {
+  pthread_t thread;
+  if (pthread_create(&thread, attributes, body, NULL) != 0) abort();
   while (!worker_ready) usleep(1000);
   usleep(20000); /* in the kernel by now */
+  return thread;
 }
 
 int main(int argc, char** argv) {
@@ -234,16 +215,14 @@ int main(int argc, char** argv) {
   }
   /* The exit-time leak report while another thread is blocked in the kernel. */
   if (strcmp(what, "thread-lost-block") == 0) {
-    pthread_t worker;
-    start_worker(lose_then_block, &worker);
+    (void)start_worker(lose_then_block, NULL);
     return 0;
   }
   /* The same where the report cannot stop the other thread (no ptrace): the main thread's lost
      block is still found. Exits 77 where the system has no seccomp filters. */
   if (strcmp(what, "thread-no-ptrace") == 0) {
-    if (!refuse_tracing()) return 77;
-    pthread_t worker;
-    start_worker(lose_then_block, &worker);
+    if (!memkit_refuse_tracing()) return 77;
+    (void)start_worker(lose_then_block, NULL);
     launder(malloc(1234));
     slot = NULL;
     return 0;
@@ -260,18 +239,14 @@ int main(int argc, char** argv) {
     keep_block_at((void**)(stacks + 4096)); /* the low half: the suspended coroutine's frames */
     scrub_stack();
     pthread_attr_t attributes;
-    pthread_t worker;
-    if (pthread_attr_init(&attributes) != 0 || pthread_attr_setstack(&attributes, stacks + size / 2, size / 2) != 0 ||
-        pthread_create(&worker, &attributes, block_forever, NULL) != 0)
+    if (pthread_attr_init(&attributes) != 0 || pthread_attr_setstack(&attributes, stacks + size / 2, size / 2) != 0)
       return 3;
-    while (!worker_ready) usleep(1000);
-    usleep(20000);
+    (void)start_worker(block_forever, &attributes);
     return 0;
   }
   if (strcmp(what, "thread-register") == 0) {
 #if defined(__x86_64__)
-    pthread_t worker;
-    start_worker(hold_in_a_register_then_block, &worker);
+    (void)start_worker(hold_in_a_register_then_block, NULL);
     return 0;
 #else
     return 77; /* the case needs x86-64's registers */
@@ -282,8 +257,7 @@ int main(int argc, char** argv) {
   if (strcmp(what, "thread-sleep") == 0) {
     void (*report)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "memkit_malloc_report_leaks");
     if (!report) return 3;
-    pthread_t worker;
-    start_worker(sleep_through, &worker);
+    const pthread_t worker = start_worker(sleep_through, NULL);
     launder(malloc(4321));
     slot = NULL;
     report(2);
