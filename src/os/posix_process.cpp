@@ -256,7 +256,7 @@ namespace {
 #endif
 #endif
 #if !defined(__x86_64__) && !defined(__aarch64__)
-#define MEMKIT_OS_NO_STOPPED_THREADS 1  // the stack pointer's place in the registers is known for these
+#define MEMKIT_OS_NO_STOPPED_THREADS 1  // raw() and the stack pointer are written for x86-64 and AArch64
 #endif
 
 #ifndef MEMKIT_OS_NO_STOPPED_THREADS
