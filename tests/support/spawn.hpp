@@ -23,12 +23,14 @@ struct outcome {
 };
 
 // Runs `argv` with the current environment minus any MEMKIT_* / LD_PRELOAD, plus `extra`.
+// MEMKIT_PAGE_SIZE stays: a suite run with larger pages runs its children with them too.
 inline outcome run(const std::vector<std::string>& argv, const std::vector<std::string>& extra) {
   outcome result;
   std::vector<std::string> environment;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry = *e;
-    if (entry.rfind("MEMKIT_", 0) == 0 || entry.rfind("LD_PRELOAD=", 0) == 0) continue;
+    const bool page_size = entry.rfind("MEMKIT_PAGE_SIZE=", 0) == 0;
+    if (!page_size && (entry.rfind("MEMKIT_", 0) == 0 || entry.rfind("LD_PRELOAD=", 0) == 0)) continue;
     environment.push_back(entry);
   }
   environment.insert(environment.end(), extra.begin(), extra.end());
