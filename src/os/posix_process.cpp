@@ -234,15 +234,15 @@ result<std::size_t> thread_count() noexcept {
   return threads;
 }
 
-// ---- stopped_threads: a helper task traces the other threads --------------------------------------
+// ---- stopped_threads: a tracer task stops the other threads --------------------------------------
 //
 // The calling thread starts a task that shares its memory but is not one of its threads (clone
 // without CLONE_THREAD: a thread cannot trace its own process's threads), allows it to trace the
-// process (Yama's PR_SET_PTRACER), and waits on a futex. The helper lists /proc/PID/task, seizes
+// process (Yama's PR_SET_PTRACER), and waits on a futex. The tracer lists /proc/PID/task, seizes
 // and interrupts each thread but the caller, waits until it stops and reads its registers, and
 // lists again until a pass finds no new thread (one not stopped yet may have started another).
 // It then reports "stopped" and waits for "resume", detaches every thread (passing on a signal
-// that arrived meanwhile) and exits; the caller reaps it. The helper runs on a stack of its own
+// that arrived meanwhile) and exits; the caller reaps it. The tracer runs on a stack of its own
 // but with the caller's thread pointer, so it makes raw system calls only (raw()) and touches no
 // thread-local state, errno included. Under ThreadSanitizer, which cannot follow such a task,
 // stop() fails with ENOSYS.
@@ -261,7 +261,7 @@ namespace {
 
 #ifndef MEMKIT_OS_NO_STOPPED_THREADS
 
-#define MEMKIT_OS_HELPER __attribute__((no_sanitize("address", "undefined")))
+#define MEMKIT_OS_TRACER __attribute__((no_sanitize("address", "undefined")))
 
 enum stop_phase : int { starting, go, all_stopped, stop_failed, resuming };
 
@@ -276,21 +276,21 @@ struct stop_state {
   int error;
   int process_id;
   int caller_tid;
-  int helper_pid;
+  int tracer_pid;
   std::size_t count;
   std::size_t capacity;
-  std::size_t bytes;  // of the whole mapping: this header, the slots, the helper's stack
+  std::size_t bytes;  // of the whole mapping: this header, the slots, the tracer's stack
   stopped_slot* slots() noexcept { return reinterpret_cast<stopped_slot*>(this + 1); }
 };
 static_assert(sizeof(stop_state) % alignof(stopped_slot) == 0);
 
 constexpr std::size_t stop_capacity = 4096;  // threads; more and stop() fails (E2BIG)
-constexpr std::size_t helper_stack_bytes = std::size_t{64} << 10;
+constexpr std::size_t tracer_stack_bytes = std::size_t{64} << 10;
 constexpr long per_thread_wait_ns = 2'000'000'000;  // a thread not stopped by then: ETIMEDOUT
 
-// A system call without the C library: the result, or minus the error (no errno: the helper's
+// A system call without the C library: the result, or minus the error (no errno: the tracer's
 // would be the caller's, which the caller's own calls write meanwhile).
-MEMKIT_OS_HELPER long raw(long number, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) noexcept {
+MEMKIT_OS_TRACER long raw(long number, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) noexcept {
 #if defined(__x86_64__)
   long result;
   register long r10 asm("r10") = d;
@@ -312,16 +312,16 @@ MEMKIT_OS_HELPER long raw(long number, long a = 0, long b = 0, long c = 0, long 
 #endif
 }
 
-MEMKIT_OS_HELPER void futex_wait(std::atomic<int>& word, int value, long timeout_ns) noexcept {
+MEMKIT_OS_TRACER void futex_wait(std::atomic<int>& word, int value, long timeout_ns) noexcept {
   timespec timeout{timeout_ns / 1'000'000'000, timeout_ns % 1'000'000'000};
   (void)raw(SYS_futex, reinterpret_cast<long>(&word), FUTEX_WAIT, value, timeout_ns > 0 ? reinterpret_cast<long>(&timeout) : 0);
 }
 
-MEMKIT_OS_HELPER void futex_wake(std::atomic<int>& word) noexcept {
+MEMKIT_OS_TRACER void futex_wake(std::atomic<int>& word) noexcept {
   (void)raw(SYS_futex, reinterpret_cast<long>(&word), FUTEX_WAKE, 1 << 30);
 }
 
-MEMKIT_OS_HELPER std::uintptr_t stack_pointer_of(const user_regs_struct& r) noexcept {
+MEMKIT_OS_TRACER std::uintptr_t stack_pointer_of(const user_regs_struct& r) noexcept {
 #if defined(__x86_64__)
   return static_cast<std::uintptr_t>(r.rsp);
 #else
@@ -331,7 +331,7 @@ MEMKIT_OS_HELPER std::uintptr_t stack_pointer_of(const user_regs_struct& r) noex
 
 // Waits until `tid`, just interrupted, stops: 1 when it did (its slot filled), 0 when it exited
 // meanwhile, else a negative error.
-MEMKIT_OS_HELPER long wait_for_stop(stopped_slot& slot) noexcept {
+MEMKIT_OS_TRACER long wait_for_stop(stopped_slot& slot) noexcept {
   long waited_ns = 0;
   long pause_ns = 1000;
   int yields = 0;
@@ -374,7 +374,7 @@ struct dirent64_header {
 };
 
 // Appends the decimal digits of `value` (above 0) at path[n]; returns the new length.
-MEMKIT_OS_HELPER std::size_t append_number(char* path, std::size_t n, int value) noexcept {
+MEMKIT_OS_TRACER std::size_t append_number(char* path, std::size_t n, int value) noexcept {
   char digits[16];
   std::size_t d = 0;
   for (; value > 0; value /= 10) digits[d++] = static_cast<char>('0' + value % 10);
@@ -385,7 +385,7 @@ MEMKIT_OS_HELPER std::size_t append_number(char* path, std::size_t n, int value)
 // Whether thread `tid` has exited and waits to be reaped (a zombie: the main thread after
 // pthread_exit while others run), which ptrace refuses (EPERM) and which runs nothing: its state
 // in /proc/PID/task/TID/stat, after the command's name in parentheses.
-MEMKIT_OS_HELPER bool exited(int process_id, int tid) noexcept {
+MEMKIT_OS_TRACER bool exited(int process_id, int tid) noexcept {
   char path[64] = "/proc/";
   std::size_t n = append_number(path, 6, process_id);
   std::memcpy(path + n, "/task/", 6);
@@ -406,7 +406,7 @@ MEMKIT_OS_HELPER bool exited(int process_id, int tid) noexcept {
 
 // One pass over /proc/PID/task: seizes every thread not stopped yet. 1 when it found one, 0 when
 // none, else a negative error.
-MEMKIT_OS_HELPER long stop_new_threads(stop_state& st) noexcept {
+MEMKIT_OS_TRACER long stop_new_threads(stop_state& st) noexcept {
   char path[64] = "/proc/";
   const std::size_t n = append_number(path, 6, st.process_id);
   std::memcpy(path + n, "/task", 6);
@@ -455,7 +455,7 @@ MEMKIT_OS_HELPER long stop_new_threads(stop_state& st) noexcept {
   return found;
 }
 
-MEMKIT_OS_HELPER int helper_main(void* argument) noexcept {
+MEMKIT_OS_TRACER int tracer_main(void* argument) noexcept {
   auto& st = *static_cast<stop_state*>(argument);
   while (st.phase.load(std::memory_order_acquire) == starting) futex_wait(st.phase, starting, 0);
   long error = 0;
@@ -496,7 +496,7 @@ status stopped_threads::stop() noexcept {
   const int saved_errno = errno;
   const std::size_t page = page_size();  // map()'s unit, which MEMKIT_PAGE_SIZE may make larger
   const std::size_t bytes =
-      (sizeof(stop_state) + stop_capacity * sizeof(stopped_slot) + helper_stack_bytes + page - 1) & ~(page - 1);
+      (sizeof(stop_state) + stop_capacity * sizeof(stopped_slot) + tracer_stack_bytes + page - 1) & ~(page - 1);
   auto mapped = map(bytes);
   if (!mapped) return status::failure(mapped.error());
   auto* st = new (mapped.value()) stop_state{};
@@ -506,17 +506,17 @@ status stopped_threads::stop() noexcept {
   st->capacity = stop_capacity;
   st->bytes = bytes;
   auto* stack_top = static_cast<unsigned char*>(mapped.value()) + bytes;
-  const int helper = ::clone(helper_main, stack_top, CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, st);
-  if (helper < 0) {
+  const int tracer = ::clone(tracer_main, stack_top, CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, st);
+  if (tracer < 0) {
     const int error = errno;
     (void)release(mapped.value(), bytes);
     errno = saved_errno;
     return status::failure(error);
   }
-  st->helper_pid = helper;
-  // Where Yama allows tracing only by ancestors, allow the helper; elsewhere this fails (EINVAL)
+  st->tracer_pid = tracer;
+  // Where Yama allows tracing only by ancestors, allow the tracer; elsewhere this fails (EINVAL)
   // and changes nothing.
-  const bool allowed = ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(helper), 0, 0, 0) == 0;
+  const bool allowed = ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(tracer), 0, 0, 0) == 0;
   st->phase.store(go, std::memory_order_release);
   futex_wake(st->phase);
   int phase = go;
@@ -524,10 +524,10 @@ status stopped_threads::stop() noexcept {
     futex_wait(st->phase, go, 100'000'000);
     int status = 0;
     if (st->phase.load(std::memory_order_acquire) == go &&
-        raw(SYS_wait4, helper, reinterpret_cast<long>(&status), __WALL | WNOHANG, 0) == helper) {
-      phase = stop_failed;  // the helper died (its threads, if any, let go with it)
+        raw(SYS_wait4, tracer, reinterpret_cast<long>(&status), __WALL | WNOHANG, 0) == tracer) {
+      phase = stop_failed;  // the tracer died (its threads, if any, let go with it)
       st->error = ECHILD;
-      st->helper_pid = 0;
+      st->tracer_pid = 0;
       break;
     }
   }
@@ -535,8 +535,8 @@ status stopped_threads::stop() noexcept {
   if (phase != all_stopped) {
     const int error = st->error != 0 ? st->error : EAGAIN;
     int status = 0;
-    if (st->helper_pid != 0) {
-      while (raw(SYS_wait4, helper, reinterpret_cast<long>(&status), __WALL, 0) == -EINTR) {
+    if (st->tracer_pid != 0) {
+      while (raw(SYS_wait4, tracer, reinterpret_cast<long>(&status), __WALL, 0) == -EINTR) {
       }
     }
     (void)release(mapped.value(), bytes);
@@ -557,7 +557,7 @@ void stopped_threads::resume() noexcept {
   st->phase.store(resuming, std::memory_order_release);
   futex_wake(st->phase);
   int status = 0;
-  while (raw(SYS_wait4, st->helper_pid, reinterpret_cast<long>(&status), __WALL, 0) == -EINTR) {
+  while (raw(SYS_wait4, st->tracer_pid, reinterpret_cast<long>(&status), __WALL, 0) == -EINTR) {
   }
   (void)release(st, st->bytes);
   state_ = nullptr;

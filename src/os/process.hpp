@@ -60,10 +60,10 @@ result<std::size_t> thread_count() noexcept;
 // The other threads of the process, held stopped: while stop() has succeeded and resume() has not
 // run, no thread but the caller's runs, so that memory can be read in place (no other thread can
 // unmap it or fault meanwhile) and each thread's registers and stack pointer are known (below the
-// pointer its stack holds only dead frames). On Linux a helper task traces the threads (ptrace,
+// pointer its stack holds only dead frames). On Linux a tracer task stops the threads (ptrace,
 // as LeakSanitizer stops them), so that a thread stopped in a system call goes on with it
 // afterwards as if nothing happened: no EINTR, no handler of the program's run; every system call
-// of the helper is a raw one. On Windows each thread is suspended (SuspendThread) and its context
+// of the tracer is a raw one. On Windows each thread is suspended (SuspendThread) and its context
 // read. stop() fails, and nothing stays stopped, where the system refuses (a seccomp filter,
 // Yama's ptrace scope, a debugger tracing the process already), where there is no way here
 // (ENOSYS: other systems, ThreadSanitizer), when a thread does not stop within two seconds
