@@ -278,7 +278,6 @@ struct stop_state {
   int caller_tid;
   int tracer_pid;
   std::size_t count;
-  std::size_t capacity;
   std::size_t bytes;  // of the whole mapping: this header, the slots, the tracer's stack
   stopped_slot* slots() noexcept { return reinterpret_cast<stopped_slot*>(this + 1); }
 };
@@ -430,7 +429,7 @@ MEMKIT_OS_TRACER long stop_new_threads(stop_state& st) noexcept {
       bool known = false;
       for (std::size_t i = 0; i < st.count && !known; ++i) known = st.slots()[i].tid == tid;
       if (known) continue;
-      if (st.count == st.capacity) {
+      if (st.count == stop_capacity) {
         found = -E2BIG;
         break;
       }
@@ -503,7 +502,6 @@ status stopped_threads::stop() noexcept {
   st->phase.store(starting, std::memory_order_relaxed);
   st->process_id = static_cast<int>(::getpid());
   st->caller_tid = static_cast<int>(::syscall(SYS_gettid));
-  st->capacity = stop_capacity;
   st->bytes = bytes;
   auto* stack_top = static_cast<unsigned char*>(mapped.value()) + bytes;
   const int tracer = ::clone(tracer_main, stack_top, CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_UNTRACED, st);

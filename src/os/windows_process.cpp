@@ -124,7 +124,6 @@ struct stopped_slot {
 
 struct stop_state {
   std::size_t count;
-  std::size_t capacity;
   std::size_t bytes;
   stopped_slot* slots() noexcept {
     const auto after = reinterpret_cast<std::uintptr_t>(this + 1);
@@ -151,7 +150,7 @@ result<std::size_t> suspend_new_threads(stop_state& st) noexcept {
     bool known = false;
     for (std::size_t i = 0; i < st.count && !known; ++i) known = st.slots()[i].tid == entry.th32ThreadID;
     if (known) continue;
-    if (st.count == st.capacity) {
+    if (st.count == stop_capacity) {
       error = ERROR_NOT_ENOUGH_MEMORY;  // no room for more threads
       break;
     }
@@ -200,7 +199,6 @@ status stopped_threads::stop() noexcept {
   if (!mapped) return status::failure(mapped.error());
   auto* st = static_cast<stop_state*>(mapped.value());
   st->count = 0;
-  st->capacity = stop_capacity;
   st->bytes = bytes;
   state_ = st;
   for (int round = 0;; ++round) {
