@@ -3,7 +3,15 @@
 #include "memkit/detail/config.hpp"
 
 #include <gtest/gtest.h>
-#if !MEMKIT_WINDOWS
+#if MEMKIT_WINDOWS
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>  // VirtualQuery
+#else
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <spawn.h>
@@ -240,6 +248,37 @@ TEST_F(os_test, the_address_space_limit_is_read_as_it_is_now) {
 TEST_F(os_test, windows_has_no_address_space_limit) { EXPECT_EQ(os::address_space_limit(), SIZE_MAX); }
 #endif
 
+// Parts of one reservation released one by one, as munmap allows: the rest stays usable, and the
+// last part takes the whole reservation with it. (Windows frees address space by whole
+// reservations only: its layer decommits each part and releases the reservation with the last.)
+TEST_F(os_test, parts_of_a_reservation_are_released_one_by_one) {
+  const std::size_t page = os::page_size();
+  const std::size_t bytes = 64 * page;
+  auto r = os::reserve(bytes);
+  ASSERT_TRUE(r.ok());
+  auto* base = static_cast<char*>(r.value());
+  ASSERT_TRUE(os::commit(base, bytes).ok());
+  std::memset(base, 1, bytes);
+  EXPECT_TRUE(os::release(base + 60 * page, 4 * page).ok());  // the tail
+  EXPECT_TRUE(os::release(base, 4 * page).ok());              // the head
+#if MEMKIT_WINDOWS
+  // A range beyond the reservation is refused.
+  EXPECT_EQ(os::release(base + 56 * page, 8 * page + os::reservation_granularity()).error(), invalid_argument);
+  MEMORY_BASIC_INFORMATION info{};
+  ASSERT_NE(::VirtualQuery(base, &info, sizeof info), 0u);
+  EXPECT_EQ(info.State, static_cast<DWORD>(MEM_RESERVE));  // its pages went back already
+#endif
+  base[4 * page] = 2;  // the middle is still usable
+  base[60 * page - 1] = 3;
+  EXPECT_EQ(base[4 * page] + base[60 * page - 1], 5);
+  EXPECT_TRUE(os::release(base + 4 * page, 20 * page).ok());
+  EXPECT_TRUE(os::release(base + 24 * page, 36 * page).ok());
+#if MEMKIT_WINDOWS
+  ASSERT_NE(::VirtualQuery(base, &info, sizeof info), 0u);
+  EXPECT_EQ(info.State, static_cast<DWORD>(MEM_FREE)) << "the last part took the reservation with it";
+#endif
+}
+
 TEST_F(os_test, map_extend_and_remap_keep_contents) {
   const std::size_t page = os::page_size();
   auto m = os::map(4 * page);
@@ -260,7 +299,7 @@ TEST_F(os_test, map_extend_and_remap_keep_contents) {
     EXPECT_FALSE(os::extend_mapping(p, 64 * page, 65 * page).ok());
   }
 #if MEMKIT_WINDOWS
-  // Windows neither extends nor shrinks a mapping, and releases whole ones only.
+  // Windows neither extends nor shrinks a mapping.
   EXPECT_EQ(os::extend_mapping(p, 64 * page, 32 * page).error(), not_supported);
   EXPECT_TRUE(os::release(p, 64 * page).ok());
 #else

@@ -94,7 +94,9 @@ status decommit(void* address, std::size_t bytes) noexcept;
 // memory that is about to be reused.
 status discard(void* address, std::size_t bytes) noexcept;
 
-// Returns a reservation (or a part of one, at page granularity) to the system.
+// Returns a reservation (or a part of one, at page granularity) to the system. On Windows, which
+// frees address space by whole reservations only, a part's pages go back at once and its address
+// space with the last part of the reservation released.
 status release(void* address, std::size_t bytes) noexcept;
 
 // Reserves and commits in one step: fresh, zero-filled, read-write pages.

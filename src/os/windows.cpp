@@ -7,10 +7,12 @@
 // Differences from POSIX that callers see:
 // - reserve() returns addresses aligned to the allocation granularity (64 KiB), and the size of a
 //   reservation is rounded up to it by the system.
-// - release() takes back WHOLE reservations only: VirtualFree(MEM_RELEASE) must be given the
-//   reservation's base and a size of 0. Releasing a part of a reservation (a different start, or
-//   fewer bytes than were reserved) is unsupported and fails with ERROR_INVALID_PARAMETER.
-//   Decommit is the way to give back part of one.
+// - The system frees address space by WHOLE reservations only: VirtualFree(MEM_RELEASE) must be
+//   given the reservation's base and a size of 0. release() of a part of a reservation, which
+//   munmap allows and the general allocator does (the ends of an over-aligned reservation, a
+//   cached large block split into a segment and the rest), decommits the part at once (its pages
+//   and commit charge go back) and counts it; the reservation's address space goes back with the
+//   last of its bytes released.
 // - commit() charges the commit limit at once (Windows never overcommits), so a later write
 //   cannot fail; prefault() only touches pages to make them resident.
 // - Transparent huge pages do not exist: large pages need SeLockMemoryPrivilege and must be
@@ -67,6 +69,56 @@ std::size_t reservation_size(void* base) noexcept {
     cursor += info.RegionSize;
   }
   return total;
+}
+
+// Reservations of which parts were released (see release()): the bytes released so far. A base of
+// 0 marks a free entry.
+struct partly_released {
+  std::uintptr_t base;
+  std::size_t size;      // the whole reservation
+  std::size_t released;  // of it
+};
+constexpr std::size_t max_partly_released = 4096;
+partly_released partly[max_partly_released];
+std::size_t partly_used = 0;  // entries at and past it are free
+SRWLOCK partly_lock = SRWLOCK_INIT;
+
+// Counts `bytes` more released of the reservation at `base`, `size` bytes; true once all of them
+// are, when the caller releases the reservation. With every entry taken (4096 reservations partly
+// released at once), false always: the part's pages went back, its address space stays reserved.
+bool count_released(std::uintptr_t base, std::size_t size, std::size_t bytes) noexcept {
+  ::AcquireSRWLockExclusive(&partly_lock);
+  partly_released* entry = nullptr;
+  partly_released* free_entry = nullptr;
+  for (std::size_t i = 0; i < partly_used && entry == nullptr; ++i) {
+    if (partly[i].base == base) entry = &partly[i];
+    else if (partly[i].base == 0 && free_entry == nullptr) free_entry = &partly[i];
+  }
+  if (entry == nullptr) {
+    if (free_entry == nullptr && partly_used < max_partly_released) free_entry = &partly[partly_used++];
+    if (free_entry != nullptr) *free_entry = {base, size, 0};
+    entry = free_entry;
+  }
+  bool whole = false;
+  if (entry != nullptr) {
+    entry->released += bytes;
+    whole = entry->released >= entry->size;
+    if (whole) entry->base = 0;
+  }
+  while (partly_used != 0 && partly[partly_used - 1].base == 0) --partly_used;
+  ::ReleaseSRWLockExclusive(&partly_lock);
+  return whole;
+}
+
+// The reservation at `base` is released whole: it counts no parts any more (the system may hand
+// out its address space again, as a reservation of its own).
+void forget_released(std::uintptr_t base) noexcept {
+  ::AcquireSRWLockExclusive(&partly_lock);
+  for (std::size_t i = 0; i < partly_used; ++i) {
+    if (partly[i].base == base) partly[i].base = 0;
+  }
+  while (partly_used != 0 && partly[partly_used - 1].base == 0) --partly_used;
+  ::ReleaseSRWLockExclusive(&partly_lock);
 }
 
 result<void*> virtual_alloc(void* address, std::size_t bytes, DWORD type, DWORD protection) noexcept {
@@ -154,11 +206,26 @@ status discard(void* address, std::size_t bytes) noexcept {
 status release(void* address, std::size_t bytes) noexcept {
   if (!page_aligned(address, bytes)) return status::failure(invalid_parameter);
   if (bytes == 0) return {};
-  // Only whole reservations can be released: the base and the full size (the system rounds the
-  // reserved size up to pages, so compare page-rounded sizes).
-  const std::size_t whole = reservation_size(address);
-  if (whole == 0 || whole != bytes) return status::failure(invalid_parameter);
-  if (!::VirtualFree(address, 0, MEM_RELEASE)) return status::failure(last_error());
+  MEMORY_BASIC_INFORMATION info{};
+  if (::VirtualQuery(address, &info, sizeof info) == 0 || info.State == MEM_FREE) {
+    return status::failure(invalid_parameter);
+  }
+  // The range must lie in one reservation (whose size the system rounded up to pages).
+  const auto base = reinterpret_cast<std::uintptr_t>(info.AllocationBase);
+  const std::size_t whole = reservation_size(info.AllocationBase);
+  const std::size_t start = reinterpret_cast<std::uintptr_t>(address) - base;
+  if (whole == 0 || start >= whole || bytes > whole - start) return status::failure(invalid_parameter);
+  if (start == 0 && bytes == whole) {
+    forget_released(base);
+    if (!::VirtualFree(info.AllocationBase, 0, MEM_RELEASE)) return status::failure(last_error());
+    return {};
+  }
+  // A part: its pages go back now (decommitting pages that are not committed is no error), its
+  // address space with the reservation's last part.
+  if (!::VirtualFree(address, bytes, MEM_DECOMMIT)) return status::failure(last_error());
+  if (count_released(base, whole, bytes) && !::VirtualFree(info.AllocationBase, 0, MEM_RELEASE)) {
+    return status::failure(last_error());
+  }
   return {};
 }
 
