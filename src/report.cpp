@@ -85,7 +85,7 @@ void report_writer::begin(const char* kind, const void* address, std::size_t siz
   quoted(kind);
   text(",\"message\":");
   quoted(headline);
-  if (address != nullptr) formatted(",\"address\":\"%p\"", address);
+  if (address != nullptr) formatted(",\"address\":\"" MEMKIT_ADDRESS "\"", diagnostics::address(address));
   if (size != 0 || address != nullptr) formatted(",\"size\":%zu", size);
 }
 
@@ -117,7 +117,7 @@ void report_writer::stack(const char* title, void* const* frames, std::size_t co
   for (std::size_t i = 0; i < count; ++i) {
     detail::resolved_frame d;
     (void)detail::resolve_stack_frame(frames[i], d);
-    formatted("%s{\"address\":\"%p\",\"function\":", i == 0 ? "" : ",", frames[i]);
+    formatted("%s{\"address\":\"" MEMKIT_ADDRESS "\",\"function\":", i == 0 ? "" : ",", address(frames[i]));
     quoted(d.function != nullptr ? d.function : "");
     text(",\"file\":");
     quoted(d.file != nullptr ? d.file : "");

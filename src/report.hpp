@@ -19,6 +19,7 @@
 
 #include <cstdarg>
 #include <cstddef>
+#include <cinttypes>
 #include <cstdint>
 
 #include "memkit/general_allocator.hpp"
@@ -29,6 +30,12 @@ namespace memkit::diagnostics {
 void put(int fd, const char* text, std::size_t length) noexcept;
 // Writes a NUL-terminated text.
 void put(int fd, const char* text) noexcept;
+// An address in a report, in one form on every platform: "0x" and lower-case hex digits (%p's
+// form is each C runtime's own; Windows' has no "0x"). A format says "at " MEMKIT_ADDRESS and
+// passes diagnostics::address(p).
+#define MEMKIT_ADDRESS "0x%" PRIxPTR
+inline std::uintptr_t address(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
+
 // printf to `fd` through a stack buffer (longer output is cut at 1 KiB).
 void print(int fd, const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
 

@@ -144,7 +144,8 @@ std::size_t tracking_allocator::print_leaks_locked(int fd) const {
             [](const auto& a, const auto& b) { return a.second->sequence < b.second->sequence; });
   diagnostics::print(fd, "memkit::%s: %zu block(s) leaked, %s\n", options_.name, leaks.size(), format_bytes(bytes).c_str());
   for (const auto& [p, r] : leaks) {
-    diagnostics::print(fd, "  allocation #%" PRIu64 ": %p, %zu bytes, alignment %zu\n", r->sequence, p, r->size,
+    diagnostics::print(fd, "  allocation #%" PRIu64 ": " MEMKIT_ADDRESS ", %zu bytes, alignment %zu\n", r->sequence,
+                       diagnostics::address(p), r->size,
              r->alignment);
     if (r->frames) detail::print_stack_trace(fd, r->frames.get(), r->frame_count);
   }
@@ -216,20 +217,21 @@ tracking_allocator::record* tracking_allocator::find_checked(void* p, std::size_
   auto it = blocks_.find(p);
   char message[256];
   if (it == blocks_.end()) {
-    std::snprintf(message, sizeof message, "%s of %p, which this allocator did not allocate (or already freed)",
-                  operation, p);
+    std::snprintf(message, sizeof message, "%s of " MEMKIT_ADDRESS ", which this allocator did not allocate (or already freed)",
+                  operation, diagnostics::address(p));
     error(message, nullptr);
     return nullptr;
   }
   record& r = it->second;
   if (size < r.size || size > r.usable_size) {
     std::snprintf(message, sizeof message,
-                  "%s of %p with size %zu, but allocation #%" PRIu64 " was %zu bytes (usable %zu)", operation,
-                  p, size, r.sequence, r.size, r.usable_size);
+                  "%s of " MEMKIT_ADDRESS " with size %zu, but allocation #%" PRIu64 " was %zu bytes (usable %zu)",
+                  operation, diagnostics::address(p), size, r.sequence, r.size, r.usable_size);
     error(message, &r);
   } else if (alignment != r.alignment) {
     std::snprintf(message, sizeof message,
-                  "%s of %p with alignment %zu, but allocation #%" PRIu64 " had alignment %zu", operation, p,
+                  "%s of " MEMKIT_ADDRESS " with alignment %zu, but allocation #%" PRIu64 " had alignment %zu", operation,
+                  diagnostics::address(p),
                   alignment, r.sequence, r.alignment);
     error(message, &r);
   }

@@ -114,9 +114,9 @@ bool general_allocator::impl::check_freed_fill(page* pg, void* p, std::size_t fr
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
     report_writer out(o.report_fd, o.format);
     out.begin("use-after-free", p, r->requested,
-              "use after free: the %u-byte block at %p was written after it was freed "
+              "use after free: the %u-byte block at " MEMKIT_ADDRESS " was written after it was freed "
               "(byte %zu is 0x%02x, expected 0x%02x)",
-              static_cast<unsigned>(r->requested), p, i, bytes[i], freed_fill_byte);
+              static_cast<unsigned>(r->requested), diagnostics::address(p), i, bytes[i], freed_fill_byte);
     out.number("offset", i);
     out.stack("detected at", now.frames, now.count, captured);
     out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
@@ -195,7 +195,7 @@ void general_allocator::impl::report_foreign(const void* p, const char* what) no
   current_trace now;
   if (o.capture_stack_traces) now.count = detail::capture_stack_trace(now.frames, o.stack_frames, report_skip);
   report_writer out(o.report_fd, o.format);
-  out.begin("foreign-free", p, 0, "%s: %p", what, p);
+  out.begin("foreign-free", p, 0, "%s: " MEMKIT_ADDRESS, what, diagnostics::address(p));
   out.stack("freed at", now.frames, now.count, o.capture_stack_traces);
   out.end();
   diagnostics::finish_misuse_report(o.abort_on_error);
@@ -229,8 +229,8 @@ bool general_allocator::impl::report_interior_of_large(const void* p) noexcept {
   if (captured) now.count = detail::capture_stack_trace(now.frames, max_stack_frames, report_skip);
   report_writer out(o.report_fd, o.format);
   out.begin("interior-free", p, requested,
-            "free of an interior pointer %p (%zu bytes into the %zu-byte block at %p)", p,
-            static_cast<std::size_t>(c - start), requested, static_cast<const void*>(start));
+            "free of an interior pointer " MEMKIT_ADDRESS " (%zu bytes into the %zu-byte block at " MEMKIT_ADDRESS ")",
+            diagnostics::address(p), static_cast<std::size_t>(c - start), requested, diagnostics::address(start));
   out.stack("freed at", now.frames, now.count, captured);
   out.stack("block allocated at", frames, frame_count, captured);
   out.end();
@@ -260,7 +260,8 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
     if (!s->huge_live) {
       capture_now();
       report_writer out(fd, o.format);
-      out.begin("double-free", p, s->huge_requested, "double free of %p (large block of %zu bytes)", p, s->huge_requested);
+      out.begin("double-free", p, s->huge_requested, "double free of " MEMKIT_ADDRESS " (large block of %zu bytes)",
+                diagnostics::address(p), s->huge_requested);
       out.stack("freed again at", now.frames, now.count, captured);
       out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, captured);
       out.stack("first freed at", s->huge_frames + max_stack_frames, s->huge_free_frames, captured);
@@ -272,9 +273,9 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
       capture_now();
       report_writer out(fd, o.format);
       out.begin("interior-free", p, s->huge_requested,
-                "free of an interior pointer %p (%zu bytes into the %zu-byte block at %p)", p,
-                static_cast<std::size_t>(c - reinterpret_cast<unsigned char*>(pg.start)), s->huge_requested,
-                static_cast<void*>(pg.start));
+                "free of an interior pointer " MEMKIT_ADDRESS " (%zu bytes into the %zu-byte block at " MEMKIT_ADDRESS ")",
+                diagnostics::address(p), static_cast<std::size_t>(c - reinterpret_cast<unsigned char*>(pg.start)),
+                s->huge_requested, diagnostics::address(pg.start));
       out.stack("freed at", now.frames, now.count, captured);
       out.stack("block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
       out.end();
@@ -287,8 +288,8 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
         capture_now();
         report_writer out(fd, o.format);
         out.begin("mismatched-free", p, s->huge_requested,
-                  "mismatched free: the %zu-byte block at %p was allocated with %s and released with %s",
-                  s->huge_requested, p, family_allocator_name(had), family_release_name(wanted));
+                  "mismatched free: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released with %s",
+                  s->huge_requested, diagnostics::address(p), family_allocator_name(had), family_release_name(wanted));
         out.word("allocated_with", family_allocator_name(had));
         out.word("released_with", family_release_name(wanted));
         out.stack("released at", now.frames, now.count, captured);
@@ -302,9 +303,9 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
           capture_now();
           report_writer out(fd, o.format);
           out.begin("heap-buffer-overflow", p, s->huge_requested,
-                    "heap buffer overflow: the canary after the %zu-byte block at %p was "
+                    "heap buffer overflow: the canary after the %zu-byte block at " MEMKIT_ADDRESS " was "
                     "overwritten (byte %zu past the end)",
-                    s->huge_requested, p, i);
+                    s->huge_requested, diagnostics::address(p), i);
           out.stack("freed at", now.frames, now.count, captured);
           out.stack("block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
           out.end();
@@ -351,8 +352,8 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
   if (within != 0 && r->state != never_used) {
     report_writer out(fd, o.format);
     out.begin("interior-free", p, r->requested,
-              "free of an interior pointer %p (%zu bytes into the %u-byte block at %p)", p, within,
-              static_cast<unsigned>(r->requested), static_cast<void*>(block_start));
+              "free of an interior pointer " MEMKIT_ADDRESS " (%zu bytes into the %u-byte block at " MEMKIT_ADDRESS ")",
+              diagnostics::address(p), within, static_cast<unsigned>(r->requested), diagnostics::address(block_start));
     out.stack("freed at", now.frames, now.count, captured);
     out.stack("block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
     if (r->state == freed) out.stack("block freed at", free_frames_of(pg, r), r->free_frames, captured);
@@ -363,13 +364,14 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
   if (r->state != live) {
     report_writer out(fd, o.format);
     if (r->state == freed) {
-      out.begin("double-free", p, r->requested, "double free of %p (block of %u bytes)", p,
+      out.begin("double-free", p, r->requested, "double free of " MEMKIT_ADDRESS " (block of %u bytes)", diagnostics::address(p),
                 static_cast<unsigned>(r->requested));
       out.stack("freed again at", now.frames, now.count, captured);
       out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
       out.stack("first freed at", free_frames_of(pg, r), r->free_frames, captured);
     } else {
-      out.begin("foreign-free", p, 0, "free of a pointer this allocator did not allocate: %p", p);
+      out.begin("foreign-free", p, 0, "free of a pointer this allocator did not allocate: " MEMKIT_ADDRESS,
+                diagnostics::address(p));
       out.stack("freed at", now.frames, now.count, captured);
     }
     out.end();
@@ -379,8 +381,8 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
   if (const std::uint8_t had = r->flags & family_mask; wanted != 0 && had != 0 && had != wanted) {
     report_writer out(fd, o.format);
     out.begin("mismatched-free", p, r->requested,
-              "mismatched free: the %u-byte block at %p was allocated with %s and released with %s",
-              static_cast<unsigned>(r->requested), p, family_allocator_name(had), family_release_name(wanted));
+              "mismatched free: the %u-byte block at " MEMKIT_ADDRESS " was allocated with %s and released with %s",
+              static_cast<unsigned>(r->requested), diagnostics::address(p), family_allocator_name(had), family_release_name(wanted));
     out.word("allocated_with", family_allocator_name(had));
     out.word("released_with", family_release_name(wanted));
     out.stack("released at", now.frames, now.count, captured);
@@ -396,9 +398,9 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
       if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
       report_writer out(fd, o.format);
       out.begin("heap-buffer-overflow", p, requested,
-                "heap buffer overflow: the canary after the %zu-byte block at %p was overwritten "
+                "heap buffer overflow: the canary after the %zu-byte block at " MEMKIT_ADDRESS " was overwritten "
                 "(byte %zu past the end is 0x%02x)",
-                requested, p, i - requested, c[i]);
+                requested, diagnostics::address(p), i - requested, c[i]);
       out.stack("freed at", now.frames, now.count, captured);
       out.stack("block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
       out.end();
@@ -582,7 +584,8 @@ static void report_bad_operation(const general_allocator::impl* im, const char* 
   report_writer out(o.report_fd, o.format);
   if (state == block_state::freed) {
     const std::size_t requested = r != nullptr ? r->requested : s->huge_requested;
-    out.begin(kind, p, requested, "%s of a freed pointer %p (block of %zu bytes)", operation, p, requested);
+    out.begin(kind, p, requested, "%s of a freed pointer " MEMKIT_ADDRESS " (block of %zu bytes)", operation,
+              diagnostics::address(p), requested);
     out.stack("called at", now.frames, now.count, captured);
     if (r != nullptr) {
       const bool recorded = pg->record_frames != 0;
@@ -594,7 +597,8 @@ static void report_bad_operation(const general_allocator::impl* im, const char* 
       out.stack("freed at", s->huge_frames + general_allocator::max_stack_frames, s->huge_free_frames, recorded);
     }
   } else {
-    out.begin(kind, p, 0, "%s of a pointer this allocator did not allocate: %p", operation, p);
+    out.begin(kind, p, 0, "%s of a pointer this allocator did not allocate: " MEMKIT_ADDRESS, operation,
+              diagnostics::address(p));
     out.stack("called at", now.frames, now.count, captured);
   }
   out.end();
@@ -636,8 +640,8 @@ static std::size_t report_live_pages(const general_allocator::impl* im, int fd) 
       for (unsigned i = 0; i < s->page_count; ++i) {
         page* pg = &s->pages[i];
         if (!pg->in_use || pg->used == 0) continue;
-        diagnostics::print(fd, "memkit: %u live blocks of %u bytes in the page at %p (no debug records)\n",
-                     static_cast<unsigned>(pg->used), pg->block_size, static_cast<void*>(pg->start));
+        diagnostics::print(fd, "memkit: %u live blocks of %u bytes in the page at " MEMKIT_ADDRESS " (no debug records)\n",
+                     static_cast<unsigned>(pg->used), pg->block_size, diagnostics::address(pg->start));
         count += pg->used;
         bytes += static_cast<std::size_t>(pg->used) * pg->block_size;
       }
@@ -648,7 +652,8 @@ static std::size_t report_live_pages(const general_allocator::impl* im, int fd) 
   for (segment* s = im->huge_live; s != nullptr; s = s->next) {
     ++count;
     bytes += s->huge_size;
-    diagnostics::print(fd, "memkit: live large block of %zu bytes at %p\n", s->huge_size, static_cast<void*>(s->pages[0].start));
+    diagnostics::print(fd, "memkit: live large block of %zu bytes at " MEMKIT_ADDRESS "\n", s->huge_size,
+                       diagnostics::address(s->pages[0].start));
   }
   mutable_im->lock.unlock();
   if (count != 0) diagnostics::print(fd, "memkit: %zu live blocks, %zu bytes in total\n", count, bytes);

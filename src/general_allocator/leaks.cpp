@@ -1472,8 +1472,8 @@ std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summar
       lost -= g.blocks;
       continue;
     }
-    out.begin(g.mark == reachable ? "reachable" : "leak", g.sample, g.bytes, "%zu block%s, %zu bytes, %s (%s %p)",
-              g.blocks, g.blocks == 1 ? "" : "s", g.bytes, kind, g.blocks == 1 ? "at" : "one at", g.sample);
+    out.begin(g.mark == reachable ? "reachable" : "leak", g.sample, g.bytes, "%zu block%s, %zu bytes, %s (%s " MEMKIT_ADDRESS ")",
+              g.blocks, g.blocks == 1 ? "" : "s", g.bytes, kind, g.blocks == 1 ? "at" : "one at", diagnostics::address(g.sample));
     out.word("class", kind);
     out.number("blocks", g.blocks);
     out.number("bytes", g.bytes);
