@@ -201,10 +201,11 @@ bool suppressed(const char* suppressions, void* const* frames, std::size_t count
       for (std::size_t i = 0; i < n; ++i) {
         const detail::resolved_frame& d = described[i];
         const auto length = static_cast<std::size_t>(b - a);
-        // The object's file name without its directory, as LeakSanitizer matches modules.
+        // The object's file name without its directory, as LeakSanitizer matches modules (a path
+        // of Windows' may separate them with either slash).
         const char* object = d.object;
-        if (object != nullptr) {
-          if (const char* slash = std::strrchr(object, '/')) object = slash + 1;
+        for (const char* c = object; c != nullptr && *c != '\0'; ++c) {
+          if (*c == '/' || *c == '\\') object = c + 1;
         }
         if ((d.function != nullptr && wildcard_match(a, length, d.function)) ||
             (object != nullptr && wildcard_match(a, length, object)) ||
