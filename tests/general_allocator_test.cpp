@@ -11,10 +11,24 @@
 #include <thread>
 #include <vector>
 
+#if defined(_WIN32)
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#include <psapi.h>  // GetProcessMemoryInfo
+
+#include <fcntl.h>
+#include <io.h>
+#else
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#endif
 
 #include "memkit/os.hpp"
 #include "support/rlimit.hpp"
@@ -31,6 +45,15 @@ struct allocates_at_static_initialization {
   ~allocates_at_static_initialization() { general_allocator::global().free(block); }  // at exit
 } early_user;
 namespace os = memkit::os;
+
+#if defined(_WIN32)
+// Wine, which runs the Windows build's tests on Linux, names itself through ntdll's
+// wine_get_version.
+bool running_on_wine() {
+  const HMODULE ntdll = ::GetModuleHandleA("ntdll.dll");
+  return ntdll != nullptr && ::GetProcAddress(ntdll, "wine_get_version") != nullptr;
+}
+#endif
 
 bool aligned(const void* p, std::size_t alignment) {
   return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
@@ -272,14 +295,14 @@ TEST_F(general_allocator_test, freed_large_blocks_give_their_resident_pages_to_n
     freed.push_back(p);
   }
   for (void* p : freed) a.free(p);
-  const auto before = a.statistics();
+  [[maybe_unused]] const auto before = a.statistics();
   // The cached block that reuses its reservation for the 10 MiB one, or a fresh one, is filled with
   // the other freed blocks' pages (on Linux), so the resident estimate does not grow by another
   // 10 MiB.
   auto* z = static_cast<unsigned char*>(a.allocate_zeroed(10 * mib));
   ASSERT_NE(z, nullptr);
   for (std::size_t i = 0; i < 10 * mib; ++i) ASSERT_EQ(z[i], 0) << i;  // dirty pages were zeroed
-  const auto after = a.statistics();
+  [[maybe_unused]] const auto after = a.statistics();
 #if defined(__linux__)
   EXPECT_LT(after.resident_bytes, before.resident_bytes + mib);
 #endif
@@ -388,6 +411,48 @@ TEST_F(general_allocator_test, a_freed_large_block_serves_blocks_of_the_size_cla
   a.free(p);
   a.free(z);
   expect_everything_returned(a);
+}
+
+// The system's own count of resident memory, not the allocator's: what it gives back must leave
+// the process. The cached large block's rest goes back at the purge; the 4 MiB segment made of its
+// head stays, the heap's. (On Windows these are parts of one reservation, which the system frees
+// only whole; they leaked there once, the allocator's statistics counting them as returned.)
+TEST_F(general_allocator_test, a_cached_large_block_split_for_a_segment_gives_the_rest_back) {
+  const std::size_t mib = std::size_t{1} << 20;
+  general_allocator a(long_cache());
+  const auto rss_before = os::current_resident_bytes();
+  auto* big = static_cast<char*>(a.allocate(28 * mib));
+  ASSERT_NE(big, nullptr);
+  std::memset(big, 0xFF, 28 * mib);
+  a.free(big);
+  void* p = a.allocate(2 * mib);  // a segment of the cached block's first 4 MiB
+  ASSERT_NE(p, nullptr);
+  const std::uintptr_t segment_mask = ~((std::uintptr_t{4} << 20) - 1);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) & segment_mask, reinterpret_cast<std::uintptr_t>(big) & segment_mask);
+  a.free(p);
+  a.purge();
+  const auto rss_after = os::current_resident_bytes();
+  ASSERT_TRUE(rss_before.ok() && rss_after.ok());
+  EXPECT_LT(rss_after.value(), rss_before.value() + 12 * mib);
+}
+
+// Blocks aligned beyond 4 MiB sit in a larger reservation whose ends are unmapped at once: freed
+// and purged, every page of them leaves the process.
+TEST_F(general_allocator_test, over_aligned_large_blocks_give_their_memory_back) {
+  const std::size_t mib = std::size_t{1} << 20;
+  general_allocator a;
+  const auto rss_before = os::current_resident_bytes();
+  for (int i = 0; i < 20; ++i) {
+    void* p = a.allocate(3 * mib, 16 * mib);
+    ASSERT_NE(p, nullptr);
+    EXPECT_TRUE(aligned(p, 16 * mib));
+    std::memset(p, 1, 3 * mib);
+    a.free(p);
+    a.purge();
+  }
+  const auto rss_after = os::current_resident_bytes();
+  ASSERT_TRUE(rss_before.ok() && rss_after.ok());
+  EXPECT_LT(rss_after.value(), rss_before.value() + 12 * mib);  // of 60 MiB written
 }
 
 // A freed large block serves a later, larger one in its own reservation: no new mapping, and the
@@ -510,7 +575,7 @@ TEST_F(general_allocator_test, an_empty_segment_gives_its_resident_pages_to_a_ne
     ASSERT_NE(z, nullptr) << failing;  // a failed move falls back to fresh memory
     for (std::size_t i = 0; i < 6 * mib; i += 256) ASSERT_EQ(z[i], 0) << failing << " " << i;
     fill(z, 6 * mib, 7);
-    const auto after = a.statistics();
+    [[maybe_unused]] const auto after = a.statistics();
     if (!failing) {
       // The segment's pages moved into the block rather than 6 MiB being faulted in afresh.
 #if defined(__linux__)
@@ -521,7 +586,9 @@ TEST_F(general_allocator_test, an_empty_segment_gives_its_resident_pages_to_a_ne
       // The segment that failed to move is unmapped (its pages were due for the purge), so that
       // it cannot fail again: its pages no longer count as retained (the block's are fresh). Blocks
       // of a size class get segments as before.
+#if !defined(_WIN32)  // Windows moves no pages: after the first move it refused, none is tried
       EXPECT_LT(after.retained_bytes, before.retained_bytes);
+#endif
       auto* again = static_cast<char*>(a.allocate(3 * mib));
       auto* more = static_cast<char*>(a.allocate(3 * mib));
       ASSERT_NE(again, nullptr);
@@ -658,11 +725,31 @@ TEST_F(general_allocator_test, failed_in_place_growth_keeps_the_block) {
   a.free(p);
 }
 
-// Minor page faults of this process so far.
+// Minor page faults of this process so far. Windows counts no minor faults apart: its
+// PageFaultCount counts soft and hard faults together, and the faults these tests cause (first
+// writes to committed pages) are soft ones.
 long minor_faults() {
+#if defined(_WIN32)
+  PROCESS_MEMORY_COUNTERS counters{};
+  if (!::GetProcessMemoryInfo(::GetCurrentProcess(), &counters, sizeof counters)) return -1;
+  return static_cast<long>(counters.PageFaultCount);
+#else
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_minflt;
+#endif
+}
+
+// The system's page size, which the fault counts are in (MEMKIT_PAGE_SIZE changes only the os
+// layer's).
+std::size_t system_page_size() {
+#if defined(_WIN32)
+  SYSTEM_INFO info{};
+  ::GetSystemInfo(&info);
+  return info.dwPageSize;
+#else
+  return static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+#endif
 }
 
 // Grows one block from 16 KiB to `final_bytes` by 1.5x steps through reallocate_unsized, writing
@@ -695,6 +782,9 @@ void* grow_by_steps(general_allocator& a, std::size_t final_bytes, bool tight = 
 }
 
 TEST_F(general_allocator_test, a_growing_block_moves_its_pages_not_its_bytes) {
+#if defined(_WIN32)
+  if (running_on_wine()) GTEST_SKIP() << "Wine counts no page faults (PageFaultCount stays 0)";
+#endif
   general_allocator a;
   const std::size_t final_bytes = std::size_t{96} << 20;
   // The bound: writing the same number of pages once in a fresh mapping.
@@ -826,11 +916,18 @@ TEST_F(general_allocator_test, a_growing_block_takes_the_resident_pages_of_freed
       EXPECT_EQ(q, p);  // in place: the block has room to grow
       std::memset(static_cast<char*>(q) + mib, 1, 11 * mib);
       const long faults = minor_faults() - before;
+#if defined(_WIN32)
+      // Windows cannot move pages from one address to another (os::move_pages fails with
+      // ERROR_NOT_SUPPORTED): the new pages fault in afresh, about as many as the bound.
+      static_cast<void>(faults);
+      static_cast<void>(bound);
+#else
       if (!failing) {
         // At least half of the new pages came resident.
         EXPECT_LT(faults + static_cast<long>(11 * mib / os::page_size() / 2), bound)
             << "faults " << faults << ", writing fresh pages " << bound;
       }
+#endif
     }
     EXPECT_TRUE(check(q, mib, 11));
     a.free(q);
@@ -838,9 +935,12 @@ TEST_F(general_allocator_test, a_growing_block_takes_the_resident_pages_of_freed
 }
 
 TEST_F(general_allocator_test, a_c_realloc_populates_geometric_growth_not_far_jumps) {
+#if defined(_WIN32)
+  if (running_on_wine()) GTEST_SKIP() << "Wine counts no page faults (PageFaultCount stays 0)";
+#endif
   const std::size_t mib = std::size_t{1} << 20;
   // Faults count the system's pages, whatever page size MEMKIT_PAGE_SIZE gives the os layer.
-  const long pages_per_mib = static_cast<long>(mib / static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+  const long pages_per_mib = static_cast<long>(mib / system_page_size());
   general_allocator a;
   void* p = a.reallocate_unsized(a.allocate(64 * 1024), 8 * mib);  // its own reservation
   ASSERT_NE(p, nullptr);
@@ -848,7 +948,7 @@ TEST_F(general_allocator_test, a_c_realloc_populates_geometric_growth_not_far_ju
   // A 1.5x step: realloc faults all the new pages in at once, before the caller writes them.
   long before = minor_faults();
   void* q = a.reallocate_unsized(p, 12 * mib);
-  const long step = minor_faults() - before;
+  [[maybe_unused]] const long step = minor_faults() - before;
   ASSERT_EQ(q, p);
 #if defined(__linux__)
   EXPECT_GE(step, 3 * pages_per_mib) << "pages populated by a 4 MiB step";
@@ -891,6 +991,11 @@ TEST_F(general_allocator_test, shrinking_a_large_block_gives_its_pages_back) {
 }
 
 TEST_F(general_allocator_test, growth_under_a_small_rlimit_data_fails_cleanly_in_a_child) {
+#if defined(_WIN32)
+  if (running_on_wine()) {
+    GTEST_SKIP() << "Wine does not enforce a job object's JOB_OBJECT_LIMIT_PROCESS_MEMORY (the limit on Windows)";
+  }
+#endif
   EXPECT_EXIT(
       {
         general_allocator a;
@@ -949,7 +1054,13 @@ TEST_F(general_allocator_test, print_statistics_writes_text) {
   general_allocator a;
   void* p = a.allocate(100);
   int fds[2];
+#if defined(_WIN32)
+  // The C runtime's pipe: an anonymous pipe behind two descriptors, its buffer as large as a
+  // Linux pipe's (64 KiB), which holds the whole text.
+  ASSERT_EQ(_pipe(fds, 65536, _O_BINARY), 0);
+#else
   ASSERT_EQ(pipe(fds), 0);
+#endif
   a.print_statistics(fds[1]);
   close(fds[1]);
   char text[8192] = {};
@@ -1285,6 +1396,7 @@ TEST_F(general_allocator_test, global_instance_is_usable_and_unique) {
   EXPECT_EQ(g.usable_size(nullptr), 0u);
 }
 
+#if !defined(_WIN32)  // fork: no such call on Windows (and at_fork handlers fail there)
 TEST_F(general_allocator_test, a_forked_child_allocates_while_another_thread_was_busy) {
   general_allocator& g = general_allocator::global();
   std::atomic<bool> stop{false};
@@ -1320,6 +1432,7 @@ TEST_F(general_allocator_test, a_forked_child_allocates_while_another_thread_was
   stop.store(true);
   busy.join();
 }
+#endif
 
 TEST_F(general_allocator_test, options_are_applied_and_clamped) {
   general_allocator::options o;
@@ -1388,21 +1501,34 @@ namespace {
 // error stream in the documented format, then abort.
 TEST(misuse_channel, a_violated_contract_is_reported_with_its_condition_and_place_then_aborts) {
   const int limit = 3;
+#if defined(GTEST_USES_SIMPLE_RE) && GTEST_USES_SIMPLE_RE
+  // GoogleTest's own simple regular expressions (where there are no POSIX ones, as on Windows)
+  // know \d but no brackets.
+  EXPECT_DEATH(MEMKIT_CHECK(limit > 5, "the limit must exceed five"),
+               "^memkit: contract violated: the limit must exceed five \\(limit > 5\\) at .*"
+               "general_allocator_test\\.cpp:\\d+\n");
+#else
   EXPECT_DEATH(MEMKIT_CHECK(limit > 5, "the limit must exceed five"),
                "^memkit: contract violated: the limit must exceed five \\(limit > 5\\) at .*"
                "general_allocator_test\\.cpp:[0-9]+\n");
+#endif
 }
 
 }  // namespace
 
+// Windows moves no pages (os::move_pages fails with ERROR_NOT_SUPPORTED, and the allocator stops
+// trying), so a large block never takes an empty segment's pages there: the race below cannot occur.
+#if !defined(_WIN32)
 // The seam in src/general_allocator/internal.hpp: called just before a large block short of
 // resident pages takes the lock to take an empty segment's page area.
 namespace memkit::gpa::testing {
 extern void (*before_taking_dirty_segment)() noexcept;
 }  // namespace memkit::gpa::testing
+#endif
 
 namespace {
 
+#if !defined(_WIN32)  // no page moves on Windows (above)
 general_allocator* raced_allocator = nullptr;
 void* raced_blocks[2] = {nullptr, nullptr};
 
@@ -1452,6 +1578,7 @@ TEST_F(general_allocator_test, a_large_block_that_finds_the_empty_segments_gone_
   EXPECT_LE(end.resident_bytes, end.mapped_bytes);
   EXPECT_EQ(end.retained_bytes, 0u);
 }
+#endif
 
 std::uintptr_t segment_of(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) & ~((std::uintptr_t{4} << 20) - 1);
@@ -1604,7 +1731,7 @@ TEST_F(general_allocator_test, a_large_block_keeps_the_whole_page_area_of_an_emp
     ASSERT_NE(z, nullptr) << failing;
     for (std::size_t i = 0; i < 3700 * kib; i += 64) ASSERT_EQ(z[i], 0) << failing << " " << i;
     fill(z, 3700 * kib, 3);
-    const auto before = a.statistics();
+    [[maybe_unused]] const auto before = a.statistics();
     // Growing into the surplus stays in place and makes nothing new resident: the pages are there.
     auto* grown = static_cast<unsigned char*>(a.reallocate_unsized(z, 3900 * kib));
     ASSERT_NE(grown, nullptr);
@@ -1686,6 +1813,7 @@ extern void (*after_moving_pieces_back)(void* reservation, std::size_t vacated) 
 
 namespace {
 
+#if defined(__linux__) && defined(MAP_FIXED_NOREPLACE)  // what the test below needs
 void fail_the_last_piece() noexcept { os::testing::inject_failure(os::testing::operation::map, 1); }
 
 // What another thread can be handed once a failed move put a block's pieces back: the address
@@ -1695,16 +1823,13 @@ void* mapped_in_the_hole = nullptr;
 std::size_t hole_bytes = 0;
 void map_in_the_hole(void* reservation, std::size_t vacated) noexcept {
   hole_bytes = vacated;
-#if defined(MAP_FIXED_NOREPLACE)
   if (vacated == 0) return;
   void* p = ::mmap(reservation, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED) return;
   std::memset(p, 0x5A, 4096);
   mapped_in_the_hole = p;
-#else
-  (void)reservation;
-#endif
 }
+#endif
 
 // A block made of two mappings (pages moved in from a cached block) that must move to grow, and
 // whose last piece fails to move after the first one moved: the pieces go back, and the address

@@ -2,12 +2,43 @@
 // ENOMEM, the way a machine under memory pressure (or a container limit) makes them fail.
 #pragma once
 
+#if defined(_WIN32)
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#include <psapi.h>
+#else
 #include <sys/resource.h>
+#endif
 
 #include <cstddef>
 #include <cstdio>
 
 namespace memkit::testing {
+
+#if defined(_WIN32)
+
+// Windows has no RLIMIT_DATA; its counterpart is a job object's limit on each process's committed
+// memory (JOB_OBJECT_LIMIT_PROCESS_MEMORY): commits beyond it fail. Puts this process in a new job
+// limited to the private memory it has committed now plus `growth` bytes. False when it cannot.
+inline bool limit_data_growth(std::size_t growth) {
+  PROCESS_MEMORY_COUNTERS counters{};
+  if (!::GetProcessMemoryInfo(::GetCurrentProcess(), &counters, sizeof counters)) return false;
+  const HANDLE job = ::CreateJobObjectA(nullptr, nullptr);
+  if (job == nullptr) return false;
+  JOBOBJECT_EXTENDED_LIMIT_INFORMATION limits{};
+  limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_PROCESS_MEMORY;
+  limits.ProcessMemoryLimit = counters.PagefileUsage + growth;  // PagefileUsage: the commit charge
+  // The handle stays open for the rest of the process's life, which the job must outlast.
+  return ::SetInformationJobObject(job, JobObjectExtendedLimitInformation, &limits, sizeof limits) &&
+         ::AssignProcessToJobObject(job, ::GetCurrentProcess());
+}
+
+#else
 
 // Sets RLIMIT_DATA to what this process's data segment uses now plus `growth` bytes (sanitizers
 // map plenty of their own, so an absolute limit would not work). False when it cannot.
@@ -25,5 +56,7 @@ inline bool limit_data_growth(std::size_t growth) {
   limit.rlim_cur = static_cast<rlim_t>(data_kib * 1024 + growth);
   return setrlimit(RLIMIT_DATA, &limit) == 0;
 }
+
+#endif
 
 }  // namespace memkit::testing
