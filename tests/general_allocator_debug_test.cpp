@@ -4,7 +4,7 @@
 #if defined(_WIN32)
 #include <fcntl.h>
 #include <io.h>
-#include <windows.h>
+#include "../src/os/windows_api.hpp"
 #else
 #include <sys/mman.h>
 #include <sys/wait.h>

@@ -12,13 +12,7 @@
 #include <vector>
 
 #if defined(_WIN32)
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h>
+#include "../src/os/windows_api.hpp"
 #include <psapi.h>  // GetProcessMemoryInfo
 
 #include <fcntl.h>

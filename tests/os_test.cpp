@@ -4,13 +4,7 @@
 
 #include <gtest/gtest.h>
 #if MEMKIT_WINDOWS
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h>  // VirtualQuery
+#include "../src/os/windows_api.hpp"  // VirtualQuery
 #else
 #include <sys/mman.h>
 #include <sys/resource.h>
