@@ -433,7 +433,8 @@ TEST(general_allocator_debug, leak_report_lists_each_of_hundreds_of_allocation_s
     for (const auto lose_one_block : sites_of(std::make_index_sequence<sites>{})) lose_one_block(a);
     lost = a.report_leaks(a.current_options().report_fd, summary);
   });
-  if (lost == sites - 1 && summary.reachable_blocks == 1) return false;  // a stray word met one block
+  // Stray words met a few blocks (a scan that took its own tables for roots would reach hundreds).
+  if (lost < sites && summary.reachable_blocks <= 8 && lost + summary.reachable_blocks == sites) return false;
   EXPECT_EQ(lost, sites);
   EXPECT_EQ(summary.definitely_lost_blocks, sites);
   std::size_t reports = 0;
@@ -1131,7 +1132,7 @@ volatile std::uintptr_t chain_root = 0;  // the chain's head (+ 8), hidden as la
 }
 
 TEST(general_allocator_debug, leak_report_follows_links_to_blocks_below_and_above_in_memory) {
-  in_fresh_process([] {
+  in_fresh_processes_past_stray_roots([] {
   general_allocator::leak_summary kept;
   general_allocator::leak_summary lost;
   std::size_t kept_count = 99;
@@ -1152,9 +1153,12 @@ TEST(general_allocator_debug, leak_report_follows_links_to_blocks_below_and_abov
   // in address order meets first is indirectly lost once the head reaches it).
   EXPECT_EQ(lost.definitely_lost_blocks + lost.indirectly_lost_blocks + lost.reachable_blocks, chain_blocks) << text;
   if (!under_address_sanitizer) {  // (a stale address in ASan's redzones may keep a suffix reachable)
+    // A word that is no pointer but falls in a link keeps the chain's rest reachable: try again.
+    if (lost.reachable_blocks != 0) return false;
     EXPECT_EQ(lost.definitely_lost_blocks, 1u) << text;
     EXPECT_EQ(lost.indirectly_lost_blocks, chain_blocks - 1) << text;
   }
+  return true;
   });
 }
 
