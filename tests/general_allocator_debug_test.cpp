@@ -267,8 +267,8 @@ constexpr int stray_root_status = 2;
 // addresses, up to three times in all. A scan that took a hidden root or its own tables for roots
 // would reach the target every time. Each retry first takes address space that it never gives
 // back, so that its blocks lie elsewhere where a process's addresses are the same in every run
-// (Wine: a word Wine keeps in its own memory when output goes to a pipe met the same block in
-// every process).
+// (Wine: with output to a pipe, words in Wine's own memory fall among the blocks of the first
+// segments, the same blocks in every process).
 template <class Body>
 void in_fresh_processes_past_stray_roots(Body body) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
