@@ -1,9 +1,10 @@
 // The os layer's view of the process's own address space (src/os/process.hpp, internal), which
 // debug mode's leak scan walks: regions with their access, copies and probes that do not fault,
-// residency, the number of threads.
+// which pages were ever touched, the number of threads.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -122,28 +123,73 @@ TEST(os_process, read_memory_copies_and_stops_at_the_first_unmapped_page) {
   (void)memkit::os::release(mapped.value(), 2 * page);
 }
 
-TEST(os_process, resident_pages_marks_the_pages_written) {
+TEST(os_process, touched_pages_marks_the_pages_written) {
   const std::size_t page = page_size();
   auto mapped = memkit::os::map(4 * page);
   ASSERT_TRUE(mapped.ok());
   auto* bytes = static_cast<unsigned char*>(mapped.value());
   bytes[0] = 1;
   bytes[2 * page] = 1;
-  unsigned char resident[4] = {9, 9, 9, 9};
-  ASSERT_TRUE(process::resident_pages(bytes, 4 * page, resident).ok());
-  EXPECT_EQ(resident[0], 1);
-  EXPECT_EQ(resident[2], 1);
+  unsigned char touched[4] = {9, 9, 9, 9};
+  ASSERT_TRUE(process::touched_pages(bytes, 4 * page, touched).ok());
+  EXPECT_EQ(touched[0], 1);
+  EXPECT_EQ(touched[2], 1);
 #if defined(__linux__)
-  // Linux tells pages never touched apart (Windows counts every committed page as resident).
-  EXPECT_EQ(resident[1], 0);
-  EXPECT_EQ(resident[3], 0);
+  // Linux tells pages never touched apart (Windows counts every committed page as touched).
+  EXPECT_EQ(touched[1], 0);
+  EXPECT_EQ(touched[3], 0);
 #endif
   (void)memkit::os::release(mapped.value(), 4 * page);
 #if defined(__linux__)
   // Linux's mincore fails on a range that is not mapped.
-  EXPECT_FALSE(process::resident_pages(bytes, 4 * page, resident).ok());
+  EXPECT_FALSE(process::touched_pages(bytes, 4 * page, touched).ok());
 #endif
 }
+
+#if defined(__linux__)
+// A private mapping of a file the process wrote: its pages are in memory though the mapping was
+// never touched, and they count (the leak scan reads them rather than guess what the file holds).
+TEST(os_process, touched_pages_counts_a_file_page_in_memory) {
+  const std::size_t page = page_size();
+  FILE* file = ::tmpfile();
+  ASSERT_NE(file, nullptr);
+  std::vector<unsigned char> content(2 * page, 0x5a);
+  ASSERT_EQ(::fwrite(content.data(), 1, content.size(), file), content.size());
+  ASSERT_EQ(::fflush(file), 0);
+  void* view = ::mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE, ::fileno(file), 0);
+  ASSERT_NE(view, MAP_FAILED);
+  unsigned char touched[2] = {9, 9};
+  ASSERT_TRUE(process::touched_pages(view, 2 * page, touched).ok());
+  EXPECT_EQ(touched[0], 1);
+  EXPECT_EQ(touched[1], 1);
+  ::munmap(view, 2 * page);
+  ::fclose(file);
+}
+
+// A page swapped out holds what the process wrote: it counts as touched, though not in memory
+// (mincore alone says it is not resident). Needs swap: MADV_PAGEOUT cannot move a page of
+// anonymous memory anywhere without it.
+TEST(os_process, touched_pages_counts_a_swapped_out_page) {
+  const std::size_t page = page_size();
+  auto mapped = memkit::os::map(2 * page);
+  ASSERT_TRUE(mapped.ok());
+  auto* bytes = static_cast<unsigned char*>(mapped.value());
+  std::memset(bytes, 0x5a, page);
+  ASSERT_EQ(::madvise(bytes, 2 * page, 21 /* MADV_PAGEOUT, Linux 5.4 */), 0) << std::strerror(errno);
+  unsigned char in_memory[2] = {9, 9};
+  ASSERT_EQ(::mincore(bytes, 2 * page, in_memory), 0);
+  if ((in_memory[0] & 1) != 0) {
+    (void)memkit::os::release(mapped.value(), 2 * page);
+    GTEST_SKIP() << "the written page is still in memory (no swap, or it waits in the swap cache)";
+  }
+  unsigned char touched[2] = {9, 9};
+  ASSERT_TRUE(process::touched_pages(bytes, 2 * page, touched).ok());
+  EXPECT_EQ(touched[0], 1) << "a swapped-out page";
+  EXPECT_EQ(touched[1], 0) << "a page never touched";
+  EXPECT_EQ(bytes[page - 1], 0x5a);
+  (void)memkit::os::release(mapped.value(), 2 * page);
+}
+#endif
 
 TEST(os_process, readable_prefix_stops_before_the_first_page_that_cannot_be_read) {
   const std::size_t page = page_size();

@@ -1,6 +1,7 @@
 // The os layer's view of the process's own address space on POSIX systems (src/os/process.hpp):
-// its regions, copies and probes that do not fault, residency, the number of threads, and the
-// other threads held stopped, as debug mode's leak scan needs them. Nothing here calls malloc.
+// its regions, copies and probes that do not fault, which pages were ever touched, the number of
+// threads, and the other threads held stopped, as debug mode's leak scan needs them. Nothing here
+// calls malloc.
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -611,13 +612,51 @@ std::uintptr_t stopped_threads::storage_end() const noexcept { return 0; }
 
 #endif
 
-status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept {
+#if defined(__linux__)
+namespace {
+
+// Adds to `touched` (one byte per page of ours) the system pages of [address, address + bytes)
+// that /proc/self/pagemap lists as present (bit 63) or swapped out (bit 62). mincore() counts a
+// swapped-out page as not resident, yet it holds what the process wrote there.
+status add_mapped_or_swapped(std::uintptr_t address, std::size_t bytes, unsigned char* touched) noexcept {
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);  // not cached: "self" changes at fork
+  if (fd < 0) return status::failure(errno);
+  const std::size_t system_page = protection_granularity();
+  const std::size_t per_page = page_size() / system_page;
+  const std::size_t count = (bytes + system_page - 1) / system_page;
+  const std::size_t first = address / system_page;
+  std::uint64_t entries[512];
+  int error = 0;
+  for (std::size_t done = 0; done < count && error == 0;) {
+    const std::size_t want = count - done < 512 ? count - done : 512;
+    const ssize_t got = ::pread(fd, entries, want * sizeof entries[0],
+                                static_cast<off_t>((first + done) * sizeof entries[0]));
+    if (got <= 0 || static_cast<std::size_t>(got) % sizeof entries[0] != 0) {
+      error = got < 0 ? errno : EIO;
+      break;
+    }
+    const std::size_t n = static_cast<std::size_t>(got) / sizeof entries[0];
+    for (std::size_t i = 0; i < n; ++i) {
+      if ((entries[i] >> 62) != 0) touched[(done + i) / per_page] = 1;
+    }
+    done += n;
+  }
+  ::close(fd);
+  return error == 0 ? status{} : status::failure(error);
+}
+
+}  // namespace
+#endif
+
+status touched_pages(const void* address, std::size_t bytes, unsigned char* touched) noexcept {
   // mincore answers per system page; with a larger page_size() (MEMKIT_PAGE_SIZE) each of ours is
-  // resident when any of its system pages is, asked one of ours at a time.
+  // touched when any of its system pages is, asked one of ours at a time. For a file mapping's page
+  // the process never wrote, mincore says whether the file's page is in memory (then it is read:
+  // a cautious answer; the bytes are the file's, not the program's).
   const std::size_t page = page_size();
   const std::size_t per_page = page / protection_granularity();  // at most 1 MiB / 4 KiB
   unsigned char system_pages[256];
-  unsigned char* answer = per_page == 1 ? resident : system_pages;
+  unsigned char* answer = per_page == 1 ? touched : system_pages;
   const std::size_t step = per_page == 1 ? bytes : page;
   for (std::size_t offset = 0, i = 0; offset < bytes; offset += step, ++i) {
     const std::size_t length = bytes - offset < step ? bytes - offset : step;
@@ -630,11 +669,15 @@ status resident_pages(const void* address, std::size_t bytes, unsigned char* res
     if (per_page != 1) {
       unsigned char any = 0;
       for (std::size_t j = 0; j < (length + protection_granularity() - 1) / protection_granularity(); ++j) any |= answer[j];
-      resident[i] = any;
+      touched[i] = any;
     }
   }
-  for (std::size_t i = 0, n = (bytes + page - 1) / page; i < n; ++i) resident[i] &= 1;
-  return {};
+  for (std::size_t i = 0, n = (bytes + page - 1) / page; i < n; ++i) touched[i] &= 1;
+#if defined(__linux__)
+  return add_mapped_or_swapped(reinterpret_cast<std::uintptr_t>(address), bytes, touched);
+#else
+  return {};  // no portable way to find swapped-out pages: they count as untouched
+#endif
 }
 
 status mapped(const void* address, std::size_t bytes) noexcept {

@@ -1,6 +1,6 @@
 // Internal: the calling process's own address space, as debug mode's leak scan needs it — which
 // regions are mapped and with what access, a copy of memory that may be unmapped meanwhile, how
-// much of a range can be read in place, which pages are resident, how many threads run, and the
+// much of a range can be read in place, which pages were ever touched, how many threads run, and the
 // other threads held stopped. Implemented in posix_process.cpp and windows_process.cpp. Nothing
 // here calls malloc: the leak scan runs inside the allocator, at exit.
 #pragma once
@@ -104,10 +104,12 @@ class stopped_threads {
   void* state_ = nullptr;
 };
 
-// One byte per page of [address, address + bytes) (address page-aligned): 1 when the page is
-// resident or committed (it may hold data), 0 when it was never touched or is swapped out.
-// Fails when the system cannot tell (the range is not mapped, ...).
-status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept;
+// One byte per page of [address, address + bytes) (address page-aligned): 1 when the page may
+// hold data the process wrote (it is in memory, swapped out, or on Windows committed), 0 when the
+// process never touched it (it reads as zeros, or as its file's bytes). Fails when the system
+// cannot tell (the range is not mapped, /proc/self/pagemap cannot be read, ...). Elsewhere than
+// Linux and Windows a swapped-out page counts as untouched.
+status touched_pages(const void* address, std::size_t bytes, unsigned char* touched) noexcept;
 
 // Success when every page of [address, address + bytes) belongs to a mapping of the process
 // (reserved or committed); ENOMEM when part of it is not mapped; ENOSYS where the system cannot

@@ -240,7 +240,7 @@ std::uintptr_t stopped_threads::storage_end() const noexcept {
 
 // Committed pages may hold data (Windows has no cheap residency query short of the working set
 // API): one VirtualQuery per run of pages in the same state.
-status resident_pages(const void* address, std::size_t bytes, unsigned char* resident) noexcept {
+status touched_pages(const void* address, std::size_t bytes, unsigned char* touched) noexcept {
   const std::size_t page = page_size();
   const auto begin = reinterpret_cast<std::uintptr_t>(address);
   const std::uintptr_t end = begin + bytes;
@@ -254,7 +254,7 @@ status resident_pages(const void* address, std::size_t bytes, unsigned char* res
     if (run_end > end) run_end = end;
     if (run_end <= at) return status::failure(ERROR_INVALID_PARAMETER);
     const unsigned char value = m.State == MEM_COMMIT ? 1 : 0;
-    for (std::uintptr_t p = at; p < run_end; p += page) resident[(p - begin) / page] = value;
+    for (std::uintptr_t p = at; p < run_end; p += page) touched[(p - begin) / page] = value;
     at = run_end;
   }
   return {};
