@@ -618,7 +618,7 @@ namespace {
 // Adds to `touched` (one byte per page of ours) the system pages of [address, address + bytes)
 // that /proc/self/pagemap lists as present (bit 63) or swapped out (bit 62). mincore() counts a
 // swapped-out page as not resident, yet it holds what the process wrote there.
-status add_mapped_or_swapped(std::uintptr_t address, std::size_t bytes, unsigned char* touched) noexcept {
+status add_present_or_swapped(std::uintptr_t address, std::size_t bytes, unsigned char* touched) noexcept {
   const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);  // not cached: "self" changes at fork
   if (fd < 0) return status::failure(errno);
   const std::size_t system_page = protection_granularity();
@@ -674,7 +674,7 @@ status touched_pages(const void* address, std::size_t bytes, unsigned char* touc
   }
   for (std::size_t i = 0, n = (bytes + page - 1) / page; i < n; ++i) touched[i] &= 1;
 #if defined(__linux__)
-  return add_mapped_or_swapped(reinterpret_cast<std::uintptr_t>(address), bytes, touched);
+  return add_present_or_swapped(reinterpret_cast<std::uintptr_t>(address), bytes, touched);
 #else
   return {};  // no portable way to find swapped-out pages: they count as untouched
 #endif

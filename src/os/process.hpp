@@ -1,8 +1,8 @@
 // Internal: the calling process's own address space, as debug mode's leak scan needs it — which
 // regions are mapped and with what access, a copy of memory that may be unmapped meanwhile, how
-// much of a range can be read in place, which pages were ever touched, how many threads run, and the
-// other threads held stopped. Implemented in posix_process.cpp and windows_process.cpp. Nothing
-// here calls malloc: the leak scan runs inside the allocator, at exit.
+// much of a range can be read in place, which pages were ever touched, how many threads run, and
+// the other threads held stopped. Implemented in posix_process.cpp and windows_process.cpp.
+// Nothing here calls malloc: the leak scan runs inside the allocator, at exit.
 #pragma once
 
 #include <cstddef>
