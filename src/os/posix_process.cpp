@@ -626,9 +626,10 @@ status add_present_or_swapped(std::uintptr_t address, std::size_t bytes, unsigne
   const std::size_t count = (bytes + system_page - 1) / system_page;
   const std::size_t first = address / system_page;
   std::uint64_t entries[512];
+  constexpr std::size_t batch = sizeof entries / sizeof entries[0];
   int error = 0;
   for (std::size_t done = 0; done < count && error == 0;) {
-    const std::size_t want = count - done < 512 ? count - done : 512;
+    const std::size_t want = count - done < batch ? count - done : batch;
     const ssize_t got = ::pread(fd, entries, want * sizeof entries[0],
                                 static_cast<off_t>((first + done) * sizeof entries[0]));
     if (got <= 0 || static_cast<std::size_t>(got) % sizeof entries[0] != 0) {
