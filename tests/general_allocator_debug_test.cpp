@@ -1091,6 +1091,59 @@ TEST(general_allocator_debug, lost_cliques_are_classified_as_memcheck_classifies
   });
 }
 
+// Blocks held only by words at their edges. A word past a block's requested bytes, in the rest of
+// its slot (debug mode's canary, the size class's rounding), points to no block, as for memcheck
+// and LeakSanitizer; a word at a block's last requested byte does, and so does the address of a
+// block of 0 bytes (kept as 1 byte). (Counting the slot made a lost arena of perl's look reachable: a stale word
+// just past its requested bytes.)
+constexpr std::size_t edge_large_bytes = (std::size_t{5} << 20) + 24;
+volatile std::uintptr_t edge_roots[4] = {};
+
+[[gnu::noinline]] void hold_blocks_at_their_edges(general_allocator& a) {
+  auto* past = static_cast<unsigned char*>(a.allocate(40));
+  auto* last = static_cast<unsigned char*>(a.allocate(40));
+  auto* empty = static_cast<unsigned char*>(a.allocate(0));
+  auto* large = static_cast<unsigned char*>(a.allocate(edge_large_bytes));
+  std::memset(past, 0, 40);
+  std::memset(last, 0, 40);
+  std::memset(large, 0, edge_large_bytes);
+  edge_roots[0] = reinterpret_cast<std::uintptr_t>(past) + 40;
+  edge_roots[1] = reinterpret_cast<std::uintptr_t>(last) + 39;
+  edge_roots[2] = reinterpret_cast<std::uintptr_t>(empty);
+  edge_roots[3] = reinterpret_cast<std::uintptr_t>(large) + edge_large_bytes;
+  // A lost block whose one word points just past another's 40 bytes: both lead a clique of their
+  // own, so both are definitely lost (the second is not indirectly lost through the first).
+  auto* holder = static_cast<unsigned char**>(a.allocate(sizeof(void*)));
+  auto* target = static_cast<unsigned char*>(a.allocate(40));
+  std::memset(target, 0, 40);
+  *holder = target + 40;
+}
+
+[[gnu::noinline]] void free_blocks_held_at_their_edges(general_allocator& a) {
+  a.free(reinterpret_cast<void*>(edge_roots[1] - 39));
+  a.free(reinterpret_cast<void*>(edge_roots[2]));
+  for (volatile std::uintptr_t& root : edge_roots) root = 0;
+}
+
+TEST(general_allocator_debug, leak_report_counts_only_pointers_into_the_requested_bytes) {
+  in_fresh_process([] {
+  general_allocator::leak_summary summary;
+  std::size_t lost = 0;
+  const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
+    hold_blocks_at_their_edges(a);
+    scrub_dead_frames();
+    lost = a.report_leaks(a.current_options().report_fd, summary);
+    free_blocks_held_at_their_edges(a);
+  });
+  EXPECT_EQ(lost, 4u) << text;
+  EXPECT_EQ(summary.definitely_lost_blocks, 4u) << text;
+  EXPECT_EQ(summary.definitely_lost_bytes, 40 + edge_large_bytes + sizeof(void*) + 40) << text;
+  EXPECT_EQ(summary.indirectly_lost_blocks, 0u) << text;
+  EXPECT_EQ(summary.reachable_blocks, 2u) << text;
+  EXPECT_EQ(summary.reachable_bytes, 40u + 1u) << text;
+  });
+}
+
 // A chain through blocks of 16-256 bytes in shuffled order, so that each link points to a block
 // at a lower address about as often as to a higher one: the scan takes reached blocks in address
 // order, and one reached from a block it has already passed must still be followed.

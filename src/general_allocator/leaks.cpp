@@ -11,7 +11,10 @@
 // before debug mode was switched on (no records, so no way to tell whether they are reachable: they
 // count as roots), as do the blocks of other instances; of both, only those that may be live
 // (scan_untracked_page()). Then transitively every reachable block, over its requested bytes; a
-// pointer anywhere inside a block counts as reaching it.
+// pointer anywhere inside a block's requested bytes counts as reaching it (a request for 0 bytes is
+// kept as 1), as memcheck and LeakSanitizer count it. A pointer into the rest of the block's slot,
+// past what was asked for (debug mode's canary, the size class's rounding), reaches nothing: a
+// stale word there made a lost arena of perl's look reachable.
 //
 // Classes (memcheck's): a live block no root reaches is lost. Lost blocks are grouped in cliques:
 // walking the lost blocks in address order, each one not yet reached is a clique leader,
@@ -435,6 +438,10 @@ class leak_scanner {
     std::uint64_t reciprocal;  // block index = offset * reciprocal >> 64; 0 for a large block
     std::uint32_t mark_base;   // index of the first block's mark
     std::uint32_t block_size;  // 0 for a large block
+    // The fewest bytes any live block of the page asked for: a word less far into its block than
+    // this points into the requested bytes without a look at the block's size (sizes_, a cache
+    // miss in a large heap).
+    std::uint32_t least_requested;
   };
   // One word per 4 MiB chunk of [lo_, hi_): 0, or (index of the chunk's first entry + 1) << 8 |
   // the shift from an offset in the chunk to its page slot (22 for a large block: one entry).
@@ -515,7 +522,8 @@ bool leak_scanner::prepare() noexcept {
     for (segment* s = im_->huge_live; s != nullptr && huge_count_ < huge_total; s = s->next) {
       if (!s->pages[0].debug) continue;
       const auto begin = reinterpret_cast<std::uintptr_t>(s->pages[0].start);
-      huge_[huge_count_++] = {begin, begin + s->huge_size, s};
+      // Its requested bytes only; the canary follows them.
+      huge_[huge_count_++] = {begin, begin + s->huge_requested, s};
     }
   }
   std::sort(huge_, huge_ + huge_count_, [](const huge_block& a, const huge_block& b) { return a.begin < b.begin; });
@@ -666,16 +674,23 @@ bool leak_scanner::build_lookup() noexcept {
       if (!pg->in_use && s->kind == segment_kind::large) pg = &s->pages[pg->span_head];
       if (!pg->in_use || !pg->debug) continue;
       const std::uint32_t mark_base = slots_[i].base[pg->index];
-      entries_[base + j] = {reinterpret_cast<std::uintptr_t>(pg->start), std::uintptr_t{pg->capacity} * pg->block_size,
-                            pg->reciprocal, mark_base, static_cast<std::uint32_t>(pg->block_size)};
-      owners_[base + j] = pg;
       const std::size_t head = base + pg->index;
-      head_[base + j] = static_cast<std::uint32_t>(head);
+      std::uint32_t least = UINT32_MAX;
       if (head == base + j) {
         std::uint32_t live = 0;
-        for (std::size_t b = 0; b < pg->capacity; ++b) live += marks_[mark_base + b] != not_live ? 1 : 0;
+        for (std::size_t b = 0; b < pg->capacity; ++b) {
+          if (marks_[mark_base + b] == not_live) continue;
+          ++live;
+          least = std::min(least, sizes_[mark_base + b]);
+        }
         unreached_[head] = live;
+      } else {
+        least = entries_[head].least_requested;  // a later slice of a span whose head came first
       }
+      entries_[base + j] = {reinterpret_cast<std::uintptr_t>(pg->start), std::uintptr_t{pg->capacity} * pg->block_size,
+                            pg->reciprocal, mark_base, static_cast<std::uint32_t>(pg->block_size), least};
+      owners_[base + j] = pg;
+      head_[base + j] = static_cast<std::uint32_t>(head);
     }
     // Slots with no live debug block hold nothing to find; full pages too.
     for (std::size_t j = 0; j < max_pages_per_segment; ++j) {
@@ -684,7 +699,7 @@ bool leak_scanner::build_lookup() noexcept {
   }
   for (std::size_t i = 0; i < huge_count_; ++i) {
     const std::size_t k = next++;
-    entries_[k] = {huge_[i].begin, huge_[i].end - huge_[i].begin, 0, static_cast<std::uint32_t>(page_blocks_ + i), 0};
+    entries_[k] = {huge_[i].begin, huge_[i].end - huge_[i].begin, 0, static_cast<std::uint32_t>(page_blocks_ + i), 0, 0};
     owners_[k] = huge_[i].s;
     unreached_[k] = 1;
     for (std::uintptr_t c = huge_[i].begin >> segment_shift; c <= (huge_[i].end - 1) >> segment_shift; ++c) {
@@ -758,6 +773,11 @@ void leak_scanner::visit(const std::uintptr_t* words, std::size_t n) noexcept {
     const auto index = static_cast<std::size_t>((static_cast<uint128>(offset) * e.reciprocal) >> 64);
     const std::size_t m = e.mark_base + index;
     if (MEMKIT_LIKELY(is_set(m))) continue;  // reached before, or not live
+    // Past the block's requested bytes: no pointer to it (a large block's entry ends there).
+    if (e.block_size != 0) {
+      const std::size_t into = offset - index * e.block_size;
+      if (into >= e.least_requested && into >= sizes_[m]) continue;
+    }
     if (!newly_reached(m)) continue;
     if (--unreached_[head_[k]] == 0) set_full(head_[k]);
     if (m >= finger_ && !passes_) continue;  // phase 1's sweep gets to it
@@ -780,9 +800,10 @@ void leak_scanner::visit_slow(std::uintptr_t v) noexcept {
   const segment* large;
   if (!find(v, start, mark, record, large)) return;
   const auto m = static_cast<std::size_t>(mark - marks_);
-  if (is_set(m) || !newly_reached(m)) return;
+  const std::size_t size = record != nullptr ? std::size_t{sizes_[m]} : large->huge_requested;
+  if (is_set(m) || v - reinterpret_cast<std::uintptr_t>(start) >= size || !newly_reached(m)) return;
   *mark = new_mark_;
-  reached(m, start, record != nullptr ? std::size_t{sizes_[m]} : large->huge_requested);
+  reached(m, start, size);
 }
 
 void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) noexcept {
