@@ -1094,8 +1094,8 @@ TEST(general_allocator_debug, lost_cliques_are_classified_as_memcheck_classifies
 // Blocks held only by words at their edges. A word past a block's requested bytes, in the rest of
 // its slot (debug mode's canary, the size class's rounding), points to no block, as for memcheck
 // and LeakSanitizer; a word at a block's last requested byte does, and so does the address of a
-// block of 0 bytes (kept as 1 byte). (Counting the slot made a lost arena of perl's look reachable: a stale word
-// just past its requested bytes.)
+// block of 0 bytes (kept as 1 byte). (Counting the slot made a lost arena of perl's look
+// reachable: a stale word just past its requested bytes.)
 constexpr std::size_t edge_large_bytes = (std::size_t{5} << 20) + 24;
 volatile std::uintptr_t edge_roots[4] = {};
 

@@ -460,7 +460,7 @@ class leak_scanner {
   const void** owners_ = nullptr;  // per entry: its page, or a large block's segment
   // The summary in front of the bitmap: a bit per entry, set once every live block of its page
   // (or large block) is reached, so that in phase 1 a word into such a page costs the chunk word
-  // and this bit (2 KiB per GiB of small-block pages) instead of an entry and a bitmap word (0.5
+  // and this bit (2 KiB per GiB of small-block pages) instead of an entry and a bitmap word (0.6
   // and 1.6 MiB per GiB, past the L2 cache). Per entry, the live blocks of its page not yet
   // reached (counted at the page's first entry; a span's other slices name it in head_).
   std::uint64_t* full_ = nullptr;
