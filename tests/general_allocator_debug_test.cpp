@@ -1126,7 +1126,7 @@ volatile std::uintptr_t edge_roots[4] = {};
 }
 
 TEST(general_allocator_debug, leak_report_counts_only_pointers_into_the_requested_bytes) {
-  in_fresh_process([] {
+  in_fresh_processes_past_stray_roots([] {
   general_allocator::leak_summary summary;
   std::size_t lost = 0;
   const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
@@ -1135,12 +1135,16 @@ TEST(general_allocator_debug, leak_report_counts_only_pointers_into_the_requeste
     lost = a.report_leaks(a.current_options().report_fd, summary);
     free_blocks_held_at_their_edges(a);
   });
+  // An integer in the roots that falls inside the 5 MiB block (likelier where blocks lie at low
+  // addresses, as under Wine: one run in CI) reaches it: try again at other addresses.
+  if (summary.reachable_blocks == 3 && summary.reachable_bytes == 40u + 1u + edge_large_bytes) return false;
   EXPECT_EQ(lost, 4u) << text;
   EXPECT_EQ(summary.definitely_lost_blocks, 4u) << text;
   EXPECT_EQ(summary.definitely_lost_bytes, 40 + edge_large_bytes + sizeof(void*) + 40) << text;
   EXPECT_EQ(summary.indirectly_lost_blocks, 0u) << text;
   EXPECT_EQ(summary.reachable_blocks, 2u) << text;
   EXPECT_EQ(summary.reachable_bytes, 40u + 1u) << text;
+  return true;
   });
 }
 
