@@ -242,8 +242,8 @@ recycled recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_
   claims::check_mapped(at, bytes, "recycle_dirty_segment (its pages moved in)");
   im.resident_bytes.fetch_add(bytes, std::memory_order_relaxed);
   (void)os::release(d, segment_header_bytes);
-  if (bytes < segment_size - segment_header_bytes) {
-    (void)os::release(area + bytes, segment_size - segment_header_bytes - bytes);
+  if (bytes < segment_area) {
+    (void)os::release(area + bytes, segment_area - bytes);
   }
   return recycled::moved;
 }
@@ -268,17 +268,16 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
   // for stays where it is, for a span segment or a later block: a part of it moved would unmap the
   // rest, pages a later block faults in again. They come before the donors because a donor can
   // give part of its pages and keep the rest.
-  const std::size_t area = segment_area;
-  while (touched + area <= total && reserved - touched >= area && splits.count + 2 <= max_huge_splits &&
+  while (touched + segment_area <= total && reserved - touched >= segment_area && splits.count + 2 <= max_huge_splits &&
          im.empty_segments.dirty_count.load(std::memory_order_relaxed) != 0) {
-    const recycled r = recycle_dirty_segment(im, base + touched, area);
+    const recycled r = recycle_dirty_segment(im, base + touched, segment_area);
     if (r == recycled::none) break;
     if (r == recycled::failed) {
       ok = false;
       break;
     }
     if (touched != 0) splits.add(touched);
-    touched += area;
+    touched += segment_area;
     if (touched < reserved) splits.add(touched);
   }
   segment* back = nullptr;  // donors returning to the cache
