@@ -7,7 +7,8 @@
 // lostmixed, lostdata (every block lost, so the report also classifies cliques, groups by stack
 // and prints the groups).
 // Prints seconds per GiB for each, the minimum and maximum of --repeat runs: the thread's CPU time
-// (what the scan costs; a shared machine's wall clock adds the time other processes ran) and
+// (what the scan costs; a shared machine's wall clock adds the time other processes ran), split
+// as the leak summary splits it into the scan and the report (grouping by stack, writing), and
 // the wall clock.
 //
 // `--block 0` makes the heap of an interpreter instead: blocks of 16-256 bytes, most of them small
