@@ -296,7 +296,8 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
         out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, captured);
         out.end();
         diagnostics::finish_misuse_report(o.abort_on_error);
-        return;
+        // Going on: the block is live and ours, only the family was wrong, so it is freed as
+        // asked (as memcheck does) rather than kept and reported again as a leak at exit.
       }
       for (std::size_t i = 0; i < o.canary_bytes && s->huge_requested + i < s->huge_size; ++i) {
         if (c[s->huge_requested + i] != canary_byte) {
@@ -389,7 +390,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
     out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
     out.end();
     diagnostics::finish_misuse_report(o.abort_on_error);
-    return;
+    // Going on, the block is freed as asked: see the large block's case above.
   }
   const std::size_t requested = r->requested;
   const std::size_t canary_end = requested + o.canary_bytes < bs ? requested + o.canary_bytes : bs;
