@@ -949,6 +949,34 @@ TEST(general_allocator_debug, a_mismatched_free_told_to_go_on_frees_the_block) {
   });
 }
 
+// realloc of what operator new or new[] returned is a mismatch (memcheck: "Mismatched free() /
+// delete / delete []" at realloc); told to go on, the block is resized as asked.
+TEST(general_allocator_debug, realloc_of_a_block_from_operator_new_is_a_mismatch) {
+  using family = general_allocator::allocation_family;
+  general_allocator a(debug_options());
+  auto* array = static_cast<unsigned char*>(a.allocate(40, 16, family::array_new));
+  EXPECT_DEATH((void)a.reallocate_unsized(array, 4000),
+               output_matching("memkit: mismatched realloc: the 40-byte block at 0x[0-9a-f]+ was allocated with operator "
+               "new[[][]] and passed to realloc\n  called at:\n    #0.*  allocated at:\n    #0"));
+  void* large = a.allocate(std::size_t{5} << 20, 16, family::scalar_new);
+  EXPECT_DEATH((void)a.reallocate_unsized(large, std::size_t{6} << 20),
+               output_matching("allocated with operator new and passed to realloc\n"));
+  void* plain = a.reallocate_unsized(a.allocate(40, 16, family::malloc), 4000);  // malloc's: quiet
+  ASSERT_NE(plain, nullptr);
+  general_allocator::options o = debug_options();
+  o.abort_on_error = false;
+  o.report_fd = -1;
+  a.configure(o);
+  std::memset(array, 7, 40);
+  auto* moved = static_cast<unsigned char*>(a.reallocate_unsized(array, 4000));
+  ASSERT_NE(moved, nullptr);
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(moved[i], 7) << i;
+  EXPECT_EQ(a.usable_size(moved), 4000u);
+  a.free(moved);
+  a.free(large, family::scalar_new);
+  a.free(plain);
+}
+
 TEST(general_allocator_debug, realloc_and_usable_size_of_freed_or_foreign_pointers_are_reported) {
   general_allocator a(debug_options());
   void* p = a.allocate(32);

@@ -85,7 +85,7 @@ class general_allocator final : public allocator {
     std::size_t retained_limit = std::size_t{64} << 20;
     // On a detected error: true prints the report and aborts; false prints it and continues,
     // ignoring the offending operation (the block is neither freed nor reused), except a
-    // mismatched free, whose block is valid: that one is released.
+    // mismatched free or realloc, whose block is valid: that one is carried out.
     bool abort_on_error = true;
     // File descriptor reports are written to.
     int report_fd = 2;

@@ -575,7 +575,8 @@ block_state classify_pointer(const general_allocator::impl* im, const void* p, s
 }  // namespace
 
 // One report for an operation (realloc, malloc_usable_size) given a pointer that is not a live
-// block: the operation's stack first, then the block's history when it had one.
+// block, or a live block of another family (realloc of what operator new or new[] returned): the
+// operation's stack first, then the block's history when it had one.
 static void report_bad_operation(const general_allocator::impl* im, const char* kind, const char* operation,
                                  const void* p, block_state state, segment* s, page* pg, debug_record* r) noexcept {
   const general_allocator::options& o = im->self->current_options();
@@ -583,24 +584,34 @@ static void report_bad_operation(const general_allocator::impl* im, const char* 
   current_trace now;
   if (captured) now.count = detail::capture_stack_trace(now.frames, o.stack_frames, report_skip);
   report_writer out(o.report_fd, o.format);
-  if (state == block_state::freed) {
+  if (state == block_state::foreign) {
+    out.begin(kind, p, 0, "%s of a pointer this allocator did not allocate: " MEMKIT_ADDRESS, operation,
+              diagnostics::address(p));
+    out.stack("called at", now.frames, now.count, captured);
+  } else {
     const std::size_t requested = r != nullptr ? r->requested : s->huge_requested;
-    out.begin(kind, p, requested, "%s of a freed pointer " MEMKIT_ADDRESS " (block of %zu bytes)", operation,
-              diagnostics::address(p), requested);
+    if (state == block_state::freed) {
+      out.begin(kind, p, requested, "%s of a freed pointer " MEMKIT_ADDRESS " (block of %zu bytes)", operation,
+                diagnostics::address(p), requested);
+    } else {
+      const std::uint8_t had = (r != nullptr ? r->flags : s->huge_flags) & family_mask;
+      out.begin(kind, p, requested,
+                "mismatched %s: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and passed to %s",
+                operation, requested, diagnostics::address(p), family_allocator_name(had), operation);
+      out.word("allocated_with", family_allocator_name(had));
+    }
     out.stack("called at", now.frames, now.count, captured);
     if (r != nullptr) {
       const bool recorded = pg->record_frames != 0;
       out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, recorded);
-      out.stack("freed at", free_frames_of(pg, r), r->free_frames, recorded);
+      if (state == block_state::freed) out.stack("freed at", free_frames_of(pg, r), r->free_frames, recorded);
     } else {
       const bool recorded = s->pages[0].record_frames != 0;
       out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, recorded);
-      out.stack("freed at", s->huge_frames + general_allocator::max_stack_frames, s->huge_free_frames, recorded);
+      if (state == block_state::freed) {
+        out.stack("freed at", s->huge_frames + general_allocator::max_stack_frames, s->huge_free_frames, recorded);
+      }
     }
-  } else {
-    out.begin(kind, p, 0, "%s of a pointer this allocator did not allocate: " MEMKIT_ADDRESS, operation,
-              diagnostics::address(p));
-    out.stack("called at", now.frames, now.count, captured);
   }
   out.end();
   diagnostics::finish_misuse_report(o.abort_on_error);
@@ -626,7 +637,17 @@ bool general_allocator::impl::debug_check_reallocate(void* p) noexcept {
   page* pg = nullptr;
   debug_record* r = nullptr;
   const block_state state = classify_pointer(this, p, &s, &pg, &r);
-  if (state == block_state::live || state == block_state::untracked) return true;
+  if (state == block_state::untracked) return true;
+  if (state == block_state::live) {
+    const std::uint8_t family = (r != nullptr ? r->flags : s->huge_flags) & family_mask;
+    if (family != static_cast<std::uint8_t>(allocation_family::scalar_new) &&
+        family != static_cast<std::uint8_t>(allocation_family::array_new)) {
+      return true;
+    }
+    // Going on, the block is resized as asked, as after a mismatched free (debug_free).
+    report_bad_operation(this, "mismatched-realloc", "realloc", p, state, s, pg, r);
+    return true;
+  }
   report_bad_operation(this, state == block_state::freed ? "realloc-of-freed" : "realloc-of-foreign", "realloc", p,
                        state, s, pg, r);
   return false;
