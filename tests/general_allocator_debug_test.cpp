@@ -949,6 +949,43 @@ TEST(general_allocator_debug, a_mismatched_free_told_to_go_on_frees_the_block) {
   });
 }
 
+// A sized operator delete passes the size of the type it deletes: another size than the block was
+// allocated with is a delete through a base class without a virtual destructor (ASan's
+// new-delete-type-mismatch). Reported with both sizes; told to go on, the block is freed. The
+// right size, or none (0: an unsized delete), is quiet, for small and large blocks alike.
+TEST(general_allocator_debug, a_sized_delete_of_another_size_is_reported) {
+  using family = general_allocator::allocation_family;
+  general_allocator a(debug_options());
+  void* object = a.allocate(40, 16, family::scalar_new);
+  EXPECT_DEATH(a.free(object, family::scalar_new, 8),
+               output_matching("memkit: mismatched delete size: the 40-byte block at 0x[0-9a-f]+ was allocated with "
+                               "operator new and released with a sized operator delete of 8 bytes\n  released at:\n"
+                               "    #0.*  allocated at:\n    #0"));
+  void* large = a.allocate(std::size_t{5} << 20, 16, family::array_new);
+  EXPECT_DEATH(a.free(large, family::array_new, std::size_t{4} << 20),
+               output_matching("the 5242880-byte block at 0x[0-9a-f]+ was allocated with operator new[[][]] and "
+                               "released with a sized operator delete[[][]] of 4194304 bytes\n"));
+  general_allocator::options o = debug_options();
+  o.abort_on_error = false;
+  general_allocator::leak_summary summary;
+  const std::string text = capture_report(o, [&](general_allocator& b) {
+    b.free(b.allocate(40, 16, family::scalar_new), family::scalar_new, 40);
+    b.free(b.allocate(24, 16, family::array_new), family::array_new, 0);
+    b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, std::size_t{5} << 20);
+    b.free(b.allocate(48, 16, family::scalar_new), family::scalar_new, 16);  // reported, then freed
+    b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, 1);
+    (void)b.report_leaks(b.current_options().report_fd, summary);
+  });
+  EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
+  EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
+  std::size_t reports = 0;
+  for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
+  EXPECT_EQ(reports, 2u) << text;
+  EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
+  a.free(object, family::scalar_new, 40);
+  a.free(large, family::array_new, std::size_t{5} << 20);
+}
+
 // realloc of what operator new or new[] returned is a mismatch (memcheck: "Mismatched free() /
 // delete / delete []" at realloc); told to go on, the block is resized as asked.
 TEST(general_allocator_debug, realloc_of_a_block_from_operator_new_is_a_mismatch) {

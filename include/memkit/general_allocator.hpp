@@ -239,7 +239,14 @@ class general_allocator final : public allocator {
   // mode reports a block from another family as a mismatch. Outside debug mode exactly free().
   void free(void* p, allocation_family family) noexcept {
     if (MEMKIT_LIKELY(!options_.debug)) return free(p);
-    free_in_family(p, family);
+    free_in_family(p, family, 0);
+  }
+  // The same through a sized release function (sized operator delete and delete[]): debug mode
+  // also reports a `size` other than the one the block was allocated with, as a delete through a
+  // base class without a virtual destructor passes. A `size` of 0 is not checked.
+  void free(void* p, allocation_family family, std::size_t size) noexcept {
+    if (MEMKIT_LIKELY(!options_.debug)) return free(p);
+    free_in_family(p, family, size);
   }
 
   // Fork support: the drop-in registers these as fork handlers. prepare_fork takes every lock
@@ -264,7 +271,7 @@ class general_allocator final : public allocator {
 
  private:
   void* allocate_in_family(std::size_t size, std::size_t alignment, allocation_family family) noexcept;
-  void free_in_family(void* p, allocation_family family) noexcept;
+  void free_in_family(void* p, allocation_family family, std::size_t size) noexcept;
 
   friend struct global_instance_holder;
   struct global_tag {};

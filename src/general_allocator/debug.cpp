@@ -96,6 +96,35 @@ const char* family_release_name(std::uint8_t family) noexcept {
   }
 }
 
+bool is_other_family(std::uint8_t had, std::uint8_t wanted) noexcept { return wanted != 0 && had != 0 && had != wanted; }
+
+// A live block released through another family's function (free of what operator new returned,
+// ...) or, through a sized operator delete, with another size than it was allocated with (a delete
+// through a base class without a virtual destructor): one report; the caller then frees the block
+// as asked, as memcheck does, rather than keep it and report it again as a leak at exit.
+void report_wrong_release(const general_allocator::options& o, const void* p, std::size_t requested, std::uint8_t had,
+                          std::uint8_t wanted, std::size_t size, const current_trace& now, void* const* alloc_frames,
+                          std::size_t alloc_count, bool captured) noexcept {
+  report_writer out(o.report_fd, o.format);
+  if (is_other_family(had, wanted)) {
+    out.begin("mismatched-free", p, requested,
+              "mismatched free: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released with %s",
+              requested, diagnostics::address(p), family_allocator_name(had), family_release_name(wanted));
+  } else {
+    out.begin("mismatched-delete-size", p, requested,
+              "mismatched delete size: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released "
+              "with a sized %s of %zu bytes",
+              requested, diagnostics::address(p), family_allocator_name(had), family_release_name(wanted), size);
+    out.number("released_size", size);
+  }
+  out.word("allocated_with", family_allocator_name(had));
+  out.word("released_with", family_release_name(wanted));
+  out.stack("released at", now.frames, now.count, captured);
+  out.stack("allocated at", alloc_frames, alloc_count, captured);
+  out.end();
+  diagnostics::finish_misuse_report(o.abort_on_error);
+}
+
 }  // namespace
 
 // A freed block of a debug page must still hold the fill from byte `from` on: reports a use after
@@ -185,9 +214,9 @@ void* general_allocator::allocate_in_family(std::size_t size, std::size_t alignm
   return p != nullptr ? p : allocation_failure();
 }
 
-void general_allocator::free_in_family(void* p, allocation_family family) noexcept {
+void general_allocator::free_in_family(void* p, allocation_family family, std::size_t size) noexcept {
   if (p == nullptr) return;
-  impl_->debug_free(p, family);
+  impl_->debug_free(p, family, size);
 }
 
 void general_allocator::impl::report_foreign(const void* p, const char* what) noexcept {
@@ -238,7 +267,7 @@ bool general_allocator::impl::report_interior_of_large(const void* p) noexcept {
   return true;
 }
 
-void general_allocator::impl::debug_free(void* p, allocation_family family) noexcept {
+void general_allocator::impl::debug_free(void* p, allocation_family family, std::size_t size) noexcept {
   const errno_keeper keep_errno;
   const options& o = self->options_;
   const int fd = o.report_fd;
@@ -284,20 +313,10 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
     }
     if (pg.debug) {
       const std::uint8_t had = s->huge_flags & family_mask;
-      if (wanted != 0 && had != 0 && had != wanted) {
+      if (is_other_family(had, wanted) || (size != 0 && size != s->huge_requested)) {
         capture_now();
-        report_writer out(fd, o.format);
-        out.begin("mismatched-free", p, s->huge_requested,
-                  "mismatched free: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released with %s",
-                  s->huge_requested, diagnostics::address(p), family_allocator_name(had), family_release_name(wanted));
-        out.word("allocated_with", family_allocator_name(had));
-        out.word("released_with", family_release_name(wanted));
-        out.stack("released at", now.frames, now.count, captured);
-        out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, captured);
-        out.end();
-        diagnostics::finish_misuse_report(o.abort_on_error);
-        // Going on: the block is live and ours, only the family was wrong, so it is freed as
-        // asked (as memcheck does) rather than kept and reported again as a leak at exit.
+        report_wrong_release(o, p, s->huge_requested, had, wanted, size, now, s->huge_frames, s->huge_alloc_frames,
+                             captured);
       }
       for (std::size_t i = 0; i < o.canary_bytes && s->huge_requested + i < s->huge_size; ++i) {
         if (c[s->huge_requested + i] != canary_byte) {
@@ -346,7 +365,9 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
   unsigned char* block_start = reinterpret_cast<unsigned char*>(pg->start) + index * bs;
   const bool captured = pg->record_frames != 0;
   current_trace now;
-  if (within != 0 || r->state != live || (wanted != 0 && (r->flags & family_mask) != 0 && (r->flags & family_mask) != wanted)) {
+  const std::uint8_t had = r->flags & family_mask;
+  const bool wrong_release = is_other_family(had, wanted) || (size != 0 && size != r->requested);
+  if (within != 0 || r->state != live || wrong_release) {
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
   }
   // A slot never handed out is no block: a pointer into it is reported below as foreign.
@@ -379,19 +400,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family) noex
     diagnostics::finish_misuse_report(o.abort_on_error);
     return;
   }
-  if (const std::uint8_t had = r->flags & family_mask; wanted != 0 && had != 0 && had != wanted) {
-    report_writer out(fd, o.format);
-    out.begin("mismatched-free", p, r->requested,
-              "mismatched free: the %u-byte block at " MEMKIT_ADDRESS " was allocated with %s and released with %s",
-              static_cast<unsigned>(r->requested), diagnostics::address(p), family_allocator_name(had), family_release_name(wanted));
-    out.word("allocated_with", family_allocator_name(had));
-    out.word("released_with", family_release_name(wanted));
-    out.stack("released at", now.frames, now.count, captured);
-    out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
-    out.end();
-    diagnostics::finish_misuse_report(o.abort_on_error);
-    // Going on, the block is freed as asked: see the large block's case above.
-  }
+  if (wrong_release) report_wrong_release(o, p, r->requested, had, wanted, size, now, alloc_frames_of(pg, r), r->alloc_frames, captured);
   const std::size_t requested = r->requested;
   const std::size_t canary_end = requested + o.canary_bytes < bs ? requested + o.canary_bytes : bs;
   for (std::size_t i = requested; i < canary_end; ++i) {

@@ -453,8 +453,9 @@ struct general_allocator::impl {
   // debug.cpp
   void* debug_allocate(std::size_t size, std::size_t alignment,
                        general_allocator::allocation_family family = general_allocator::allocation_family::malloc) noexcept;
-  void debug_free(void* p,
-                  general_allocator::allocation_family family = general_allocator::allocation_family::any) noexcept;
+  // `size`: what a sized operator delete passed, checked against the block's; 0 when not known.
+  void debug_free(void* p, general_allocator::allocation_family family = general_allocator::allocation_family::any,
+                  std::size_t size = 0) noexcept;
   std::size_t debug_usable_size(const void* p) const noexcept;
   std::size_t debug_checked_usable_size(const void* p) const noexcept;
   bool debug_check_reallocate(void* p) noexcept;

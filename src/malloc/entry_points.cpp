@@ -99,10 +99,16 @@ static_assert(memkit::general_allocator::max_allocation_size <= largest_request)
 
 using family = memkit::general_allocator::allocation_family;
 
-// operator delete and delete[]: debug mode checks that the block came from the matching new.
+// operator delete and delete[]: debug mode checks that the block came from the matching new and,
+// for the sized ones, that the size is the one it was allocated with.
 [[gnu::always_inline]] inline void release_as(void* p, family f) noexcept {
   if (p == nullptr) return;
   memkit::general_allocator::global().free(p, f);
+}
+
+[[gnu::always_inline]] inline void release_as(void* p, family f, std::size_t size) noexcept {
+  if (p == nullptr) return;
+  memkit::general_allocator::global().free(p, f, size);
 }
 
 inline void* reallocate(void* p, std::size_t size) noexcept {
@@ -336,8 +342,8 @@ MEMKIT_NEW_EXPORT void operator delete(void* p) noexcept { release_as(p, family:
 MEMKIT_NEW_EXPORT void operator delete[](void* p) noexcept { release_as(p, family::array_new); }
 MEMKIT_NEW_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { release_as(p, family::scalar_new); }
 MEMKIT_NEW_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { release_as(p, family::array_new); }
-MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t) noexcept { release_as(p, family::scalar_new); }
-MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t) noexcept { release_as(p, family::array_new); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t size) noexcept { release_as(p, family::scalar_new, size); }
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t size) noexcept { release_as(p, family::array_new, size); }
 MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t) noexcept { release_as(p, family::scalar_new); }
 MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { release_as(p, family::array_new); }
 MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
@@ -346,5 +352,9 @@ MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t, const std::not
 MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   release_as(p, family::array_new);
 }
-MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release_as(p, family::scalar_new); }
-MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release_as(p, family::array_new); }
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t size, std::align_val_t) noexcept {
+  release_as(p, family::scalar_new, size);
+}
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t size, std::align_val_t) noexcept {
+  release_as(p, family::array_new, size);
+}
