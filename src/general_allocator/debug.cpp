@@ -98,6 +98,36 @@ const char* family_release_name(std::uint8_t family) noexcept {
 
 bool is_other_family(std::uint8_t had, std::uint8_t wanted) noexcept { return wanted != 0 && had != 0 && had != wanted; }
 
+// The family of the global operator new (`release`: delete) whose frame is frames[0], the caller
+// of malloc (free); 0 when it is none. A library that carries its own operators, bound inside it
+// (libstdc++ linked statically, as in the LLVM of Rust's toolchain), calls malloc and free from
+// them, and memkit sees malloc's family for a block its code allocated with new. Symbolizes one
+// frame (cached per address), so it is asked only once a mismatch is found.
+std::uint8_t family_of_own_operator(void* const* frames, std::size_t count, bool release) noexcept {
+  detail::resolved_frame f;
+  if (count == 0 || !detail::resolve_stack_frame(frames[0], f) || f.function == nullptr) return 0;
+  const char* name = release ? "operator delete" : "operator new";
+  const std::size_t length = std::strlen(name);
+  if (std::strncmp(f.function, name, length) != 0) return 0;
+  if (f.function[length] == '(') return static_cast<std::uint8_t>(general_allocator::allocation_family::scalar_new);
+  if (f.function[length] == '[') return static_cast<std::uint8_t>(general_allocator::allocation_family::array_new);
+  return 0;
+}
+
+// Seen through such operators, a malloc-family block from an operator new is that new's, and a free
+// called by an operator delete is that delete. So `delete` of what the library's own `new` returned
+// is no mismatch, while its `delete[]` still is one.
+void see_through_own_operators(std::uint8_t& had, std::uint8_t& wanted, void* const* alloc_frames,
+                               std::size_t alloc_count, const current_trace& now) noexcept {
+  constexpr auto malloc_family = static_cast<std::uint8_t>(general_allocator::allocation_family::malloc);
+  if (!is_other_family(had, wanted)) return;
+  if (had == malloc_family) {
+    if (const std::uint8_t f = family_of_own_operator(alloc_frames, alloc_count, false)) had = f;
+  } else if (wanted == malloc_family) {
+    if (const std::uint8_t f = family_of_own_operator(now.frames, now.count, true)) wanted = f;
+  }
+}
+
 // A live block released through another family's function (free of what operator new returned,
 // ...) or, through a sized operator delete, with another size than it was allocated with (a delete
 // through a base class without a virtual destructor): one report; the caller then frees the block
@@ -312,11 +342,16 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
       return;
     }
     if (pg.debug) {
-      const std::uint8_t had = s->huge_flags & family_mask;
-      if (is_other_family(had, wanted) || (size != 0 && size != s->huge_requested)) {
+      std::uint8_t had = s->huge_flags & family_mask;
+      std::uint8_t released_as = wanted;
+      const bool wrong_size = size != 0 && size != s->huge_requested;
+      if (is_other_family(had, wanted) || wrong_size) {
         capture_now();
-        report_wrong_release(o, p, s->huge_requested, had, wanted, size, now, s->huge_frames, s->huge_alloc_frames,
-                             captured);
+        see_through_own_operators(had, released_as, s->huge_frames, s->huge_alloc_frames, now);
+        if (is_other_family(had, released_as) || wrong_size) {
+          report_wrong_release(o, p, s->huge_requested, had, released_as, size, now, s->huge_frames,
+                               s->huge_alloc_frames, captured);
+        }
       }
       for (std::size_t i = 0; i < o.canary_bytes && s->huge_requested + i < s->huge_size; ++i) {
         if (c[s->huge_requested + i] != canary_byte) {
@@ -365,9 +400,10 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   unsigned char* block_start = reinterpret_cast<unsigned char*>(pg->start) + index * bs;
   const bool captured = pg->record_frames != 0;
   current_trace now;
-  const std::uint8_t had = r->flags & family_mask;
-  const bool wrong_release = is_other_family(had, wanted) || (size != 0 && size != r->requested);
-  if (within != 0 || r->state != live || wrong_release) {
+  std::uint8_t had = r->flags & family_mask;
+  std::uint8_t released_as = wanted;
+  const bool wrong_size = size != 0 && size != r->requested;
+  if (within != 0 || r->state != live || is_other_family(had, wanted) || wrong_size) {
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
   }
   // A slot never handed out is no block: a pointer into it is reported below as foreign.
@@ -400,7 +436,10 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     diagnostics::finish_misuse_report(o.abort_on_error);
     return;
   }
-  if (wrong_release) report_wrong_release(o, p, r->requested, had, wanted, size, now, alloc_frames_of(pg, r), r->alloc_frames, captured);
+  see_through_own_operators(had, released_as, alloc_frames_of(pg, r), r->alloc_frames, now);
+  if (is_other_family(had, released_as) || wrong_size) {
+    report_wrong_release(o, p, r->requested, had, released_as, size, now, alloc_frames_of(pg, r), r->alloc_frames, captured);
+  }
   const std::size_t requested = r->requested;
   const std::size_t canary_end = requested + o.canary_bytes < bs ? requested + o.canary_bytes : bs;
   for (std::size_t i = requested; i < canary_end; ++i) {
