@@ -333,6 +333,24 @@ TEST(malloc_preload_debug, a_library_with_its_own_operators_new_and_delete_is_se
       << wrong.output;
 }
 
+// An executable that defines malloc itself keeps it (the loader searches it before the preloaded
+// library): Rust's rustc, linked with jemalloc, ran under --debug and ended without one report.
+// Debug mode and statistics say so at start; the plain drop-in stays silent.
+TEST(malloc_preload_debug, a_program_with_its_own_malloc_is_told_it_is_not_checked) {
+  const std::string expected = std::string("memkit: this process's malloc is defined in ") + MEMKIT_MALLOC_OWN_MALLOC +
+                               ", which the loader searches before the drop-in";
+  auto debug = run({MEMKIT_RUN, "--lib", library, "--debug", "--", MEMKIT_MALLOC_OWN_MALLOC}, {});
+  EXPECT_EQ(debug.exit_code, 0) << debug.output;
+  EXPECT_TRUE(contains(debug.output, expected)) << debug.output;
+  EXPECT_TRUE(contains(debug.output, "own malloc done")) << debug.output;
+  auto counted = run({MEMKIT_MALLOC_OWN_MALLOC}, {preload, "MEMKIT_STATS=1"});
+  EXPECT_TRUE(contains(counted.output, expected)) << counted.output;
+  auto plain = run({MEMKIT_MALLOC_OWN_MALLOC}, {preload});
+  EXPECT_EQ(plain.output, "own malloc done\n");
+  auto ours = run({misuse, "ok"}, {preload, "MEMKIT_DEBUG=1"});
+  EXPECT_FALSE(contains(ours.output, "this process's malloc")) << ours.output;
+}
+
 TEST(malloc_preload_debug, suppressions_and_json_reach_the_drop_in) {
   char path[] = "/tmp/memkit_suppressions_XXXXXX";
   const int fd = ::mkstemp(path);

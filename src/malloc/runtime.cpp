@@ -4,6 +4,8 @@
 #include "memkit/detail/stack_trace.hpp"
 #include "memkit/os.hpp"
 #include "../os/platform.hpp"
+#include "../os/symbols.hpp"
+#include "../report.hpp"
 
 #include <cerrno>
 #include <cstdint>
@@ -164,6 +166,23 @@ __attribute__((destructor)) void report_at_exit() noexcept {
     if (__gnu_cxx::__freeres != nullptr) __gnu_cxx::__freeres();
     general_allocator::global().report_leaks(chosen.report_fd);
   }
+}
+
+// An executable that defines malloc itself (one linked with its own allocator: Rust's official
+// rustc carries jemalloc) keeps it: the loader looks in the executable before the preloaded
+// library, so none of the program's malloc calls reach memkit, and a debug run would end without a
+// single report. Said once, at load, where the reports go, when reports or statistics were asked for.
+__attribute__((constructor)) void warn_when_malloc_is_not_the_drop_ins() noexcept {
+  if (!flag("MEMKIT_DEBUG", false) && !flag("MEMKIT_STATS", false)) return;
+  const char* object = nullptr;
+  const void* resolved = os::symbols::default_definition("malloc", &object);
+  if (resolved == nullptr || os::symbols::own_code().contains(resolved)) return;
+  (void)start();
+  diagnostics::print(chosen.report_fd,
+                     "memkit: this process's malloc is defined in %s, which the loader searches before the "
+                     "drop-in: its allocations reach memkit only if that malloc passes them on, and are neither "
+                     "checked nor counted otherwise\n",
+                     object != nullptr && *object != '\0' ? object : "the executable");
 }
 
 }  // namespace

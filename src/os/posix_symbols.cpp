@@ -503,6 +503,21 @@ bool resolve_exported(std::uintptr_t address, resolved_frame& out, const string_
   return resolve_with_dladdr(address, out, keep);
 }
 
+const void* default_definition(const char* name, const char** object) noexcept {
+  *object = nullptr;
+  void* found = ::dlsym(RTLD_DEFAULT, name);
+  Dl_info info{};
+  void* entry = nullptr;  // the symbol's ElfW(Sym)
+  // A non-PIE executable that takes the function's address gives it a canonical stub of its own,
+  // which dlsym returns while the definition is elsewhere: its symbol is undefined there.
+  if (found == nullptr || ::dladdr1(found, &info, &entry, RTLD_DL_SYMENT) == 0 || entry == nullptr ||
+      static_cast<const ElfW(Sym)*>(entry)->st_shndx == SHN_UNDEF) {
+    return nullptr;
+  }
+  *object = info.dli_fname;
+  return found;
+}
+
 bool on_fork_in_child(void (*handler)()) noexcept { return ::pthread_atfork(nullptr, nullptr, handler) == 0; }
 
 void write_all(int fd, const char* text, std::size_t length) noexcept {

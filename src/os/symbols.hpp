@@ -52,6 +52,12 @@ bool resolve_with_debug_info(std::uintptr_t address, detail::resolved_frame& out
 // where the symbolizer's storage is in use) they point into the system's own tables.
 bool resolve_exported(std::uintptr_t address, detail::resolved_frame& out, const string_keeper* keeper) noexcept;
 
+// Where the process's default lookup finds the function `name` (what a call from the executable
+// reaches): the address of its definition, and in `object` the path of the module that defines it;
+// null when there is none or the lookup gives a stub that stands for it (a non-PIE executable's
+// canonical PLT entry). Where modules do not interpose each other's symbols (Windows), null.
+const void* default_definition(const char* name, const char** object) noexcept;
+
 // Runs `handler` in the child after a fork() (POSIX), once per process; false when it cannot be
 // installed. Where processes do not fork, does nothing and returns true.
 bool on_fork_in_child(void (*handler)()) noexcept;

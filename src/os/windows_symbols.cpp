@@ -81,6 +81,11 @@ bool resolve_exported(std::uintptr_t address, resolved_frame& out, const string_
   return true;
 }
 
+const void* default_definition(const char*, const char** object) noexcept {
+  *object = nullptr;
+  return nullptr;
+}
+
 bool on_fork_in_child(void (*)()) noexcept { return true; }
 
 void write_all(int fd, const char* text, std::size_t length) noexcept {
