@@ -1,6 +1,7 @@
 // The diagnostics module (report.hpp): plain text, misuse reports and the misuse channel.
 #include "report.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,7 +34,93 @@ void report_contract_violation(const char* condition, const char* message, const
   std::abort();  // finish_misuse_report(true) does not return
 }
 
-void report_writer::text(const char* s, std::size_t n) noexcept { put(fd_, s, n); }
+namespace {
+
+// The places whose misuse reports were written: a hash of each report's kind and first stack, in
+// an open-addressed table that only grows (no malloc; reports may come from any thread). When it
+// is full, further reports are written.
+constexpr std::size_t place_slots = 4096;
+std::atomic<std::uint64_t> written_places[place_slots];
+std::atomic<std::size_t> repeated_reports{0};
+std::atomic<std::size_t> repeated_places{0};  // places with at least one repeat left out
+
+// 0: new place, recorded; 1: a repeat (the first one of its place: 2).
+int record_place(std::uint64_t key) noexcept {
+  for (std::size_t probe = 0; probe < place_slots; ++probe) {
+    std::atomic<std::uint64_t>& slot = written_places[(key + probe) % place_slots];
+    std::uint64_t seen = slot.load(std::memory_order_acquire);
+    if (seen == 0 && slot.compare_exchange_strong(seen, key, std::memory_order_acq_rel)) return 0;
+    // A slot holds the key, or the key with its top bit set once a repeat of it was left out.
+    if ((seen & ~(std::uint64_t{1} << 63)) == key) {
+      if ((seen >> 63) == 0 && slot.compare_exchange_strong(seen, seen | std::uint64_t{1} << 63)) return 2;
+      return 1;
+    }
+  }
+  return 0;  // full: written
+}
+
+// One misuse report at a time: the lock, its holder's pending text, and the flag of the thread that
+// holds it (a report made while writing one, which does not happen, would be written directly).
+std::atomic<bool> misuse_lock{false};
+constinit thread_local bool writing_misuse_report = false;
+char pending[2048];
+std::size_t pending_length = 0;
+
+}  // namespace
+
+report_writer::report_writer(int fd, general_allocator::report_format format, misuse_report misuse) noexcept
+    : report_writer(fd, format) {
+  if (writing_misuse_report) return;
+  while (misuse_lock.exchange(true, std::memory_order_acquire)) os::yield_thread();
+  writing_misuse_report = true;
+  serialized_ = true;
+  deciding_ = !misuse.aborts;
+  pending_length = 0;
+}
+
+report_writer::~report_writer() {
+  if (!serialized_) return;
+  if (deciding_) write_pending();
+  writing_misuse_report = false;
+  misuse_lock.store(false, std::memory_order_release);
+}
+
+void report_writer::write_pending() noexcept {
+  deciding_ = false;
+  put(fd_, pending, pending_length);
+  pending_length = 0;
+}
+
+repeated_misuse repeated_misuse_reports() noexcept {
+  return {repeated_reports.load(std::memory_order_relaxed), repeated_places.load(std::memory_order_relaxed)};
+}
+
+void report_writer::decide(const void* const* frames, std::size_t count) noexcept {
+  deciding_ = false;
+  std::uint64_t key = 14695981039346656037ull;  // FNV-1a over the kind and the return addresses
+  for (const char* c = kind_; *c != '\0'; ++c) key = (key ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  for (std::size_t i = 0; i < count; ++i) key = (key ^ reinterpret_cast<std::uintptr_t>(frames[i])) * 1099511628211ull;
+  key = (key & ~(std::uint64_t{1} << 63)) | 1;  // never 0 (an empty slot), top bit free
+  const int repeat = record_place(key);
+  if (repeat == 0) return write_pending();
+  muted_ = true;
+  pending_length = 0;
+  repeated_reports.fetch_add(1, std::memory_order_relaxed);
+  if (repeat == 2) repeated_places.fetch_add(1, std::memory_order_relaxed);
+}
+
+void report_writer::text(const char* s, std::size_t n) noexcept {
+  if (muted_) return;
+  if (deciding_) {
+    if (pending_length + n <= sizeof pending) {
+      std::memcpy(pending + pending_length, s, n);
+      pending_length += n;
+      return;
+    }
+    write_pending();  // too long to hold: written, whether or not it repeats
+  }
+  put(fd_, s, n);
+}
 
 void report_writer::text(const char* s) noexcept { text(s, std::strlen(s)); }
 
@@ -77,6 +164,7 @@ void report_writer::begin(const char* kind, const void* address, std::size_t siz
   va_end(args);
   if (length < 0) headline[0] = '\0';
   stacks_open_ = false;
+  kind_ = kind;
   if (!json_) {
     formatted("memkit: %s\n", headline);
     return;
@@ -100,6 +188,14 @@ void report_writer::word(const char* name, const char* value) noexcept {
 }
 
 void report_writer::stack(const char* title, void* const* frames, std::size_t count, bool captured) noexcept {
+  if (deciding_) {
+    if (captured && count != 0) {
+      decide(frames, count);
+    } else {
+      write_pending();
+    }
+  }
+  if (muted_) return;
   if (!json_) {
     formatted("  %s:\n", title);
     if (!captured) {
@@ -129,6 +225,7 @@ void report_writer::stack(const char* title, void* const* frames, std::size_t co
 }
 
 void report_writer::end() noexcept {
+  if (deciding_) write_pending();  // no stack: written
   if (!json_) return;
   if (stacks_open_) text("]");
   text("}\n");

@@ -48,11 +48,38 @@ void finish_misuse_report(bool abort_process) noexcept;
 [[noreturn]] void report_contract_violation(const char* condition, const char* message, const char* file,
                                             int line) noexcept;
 
+// How many misuse reports were left out because they repeated one already written (see
+// report_writer's misuse writer), and from how many places; both 0 when none was.
+struct repeated_misuse {
+  std::size_t reports = 0;
+  std::size_t places = 0;
+};
+repeated_misuse repeated_misuse_reports() noexcept;
+
 // A misuse report, written piece by piece to a descriptor in the configured format.
+//
+// A misuse writer that goes on (abort_on_error false) writes each error once per place: a report
+// whose kind and first stack (the operation that triggered it) were written before in this process
+// is left out and counted (repeated_misuse_reports), as valgrind counts "errors from N contexts"
+// and ASan in recover mode deduplicates by place, so that a mismatched free in a loop is one report,
+// not thousands. Reports without a captured stack, and reports that abort, are always written.
+// What a misuse writer is told: whether the report ends the process (abort_on_error), in which
+// case it is always written in full.
+struct misuse_report {
+  bool aborts = true;
+};
+
 class report_writer {
  public:
   report_writer(int fd, general_allocator::report_format format) noexcept
       : fd_(fd), json_(format == general_allocator::report_format::json) {}
+  // A misuse writer: report_writer out(fd, format, misuse_report{o.abort_on_error}). Misuse reports
+  // are written one at a time (a report from another thread waits for the one being written, so
+  // that their lines do not mix), from its construction to its destruction.
+  report_writer(int fd, general_allocator::report_format format, misuse_report misuse) noexcept;
+  ~report_writer();
+  report_writer(const report_writer&) = delete;
+  report_writer& operator=(const report_writer&) = delete;
 
   // Starts a report: its kind (a JSON word such as "double-free"), the block's address and size
   // (null / 0 when there is none) and the one-line headline.
@@ -75,9 +102,17 @@ class report_writer {
   void text(const char* s) noexcept;
   void formatted(const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
   void quoted(const char* s) noexcept;  // a JSON string
+  void decide(const void* const* frames, std::size_t count) noexcept;  // a misuse writer's first stack
+  void write_pending() noexcept;
   int fd_;
   bool json_;
   bool stacks_open_ = false;
+  // A misuse writer holds what it writes (in one buffer for all, under the misuse reports' lock)
+  // until its first stack says whether it is a repeat.
+  bool serialized_ = false;
+  bool deciding_ = false;
+  bool muted_ = false;
+  const char* kind_ = "";
 };
 
 }  // namespace memkit::diagnostics

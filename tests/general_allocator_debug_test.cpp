@@ -949,6 +949,35 @@ TEST(general_allocator_debug, a_mismatched_free_told_to_go_on_frees_the_block) {
   });
 }
 
+// Told to go on, an error repeated from one place is written once: a double free in a loop is one
+// report, while the same error from another line is a report of its own.
+// Out of line, so that each place is its own frame whatever the build inlines (a sanitizer build
+// inlines the free path one level deeper, and the traces then start a frame further out).
+[[gnu::noinline]] void free_again_and_again(general_allocator& a, void* p) {
+  for (int i = 0; i < 20; ++i) a.free(p);
+  asm volatile("" ::: "memory");
+}
+[[gnu::noinline]] void free_once_more(general_allocator& a, void* p) {
+  a.free(p);
+  asm volatile("" ::: "memory");
+}
+
+TEST(general_allocator_debug, an_error_repeated_from_one_place_is_written_once) {
+  general_allocator::options o = debug_options();
+  o.abort_on_error = false;
+  const std::string text = capture_report(o, [](general_allocator& a) {
+    void* p = a.allocate(24);
+    a.free(p);
+    free_again_and_again(a, p);
+    free_once_more(a, p);
+  });
+  std::size_t reports = 0;
+  for (std::size_t at = text.find("memkit: double free"); at != std::string::npos; at = text.find("memkit: double free", at + 1)) {
+    ++reports;
+  }
+  EXPECT_EQ(reports, 2u) << text;
+}
+
 // A sized operator delete passes the size of the type it deletes: another size than the block was
 // allocated with is a delete through a base class without a virtual destructor (ASan's
 // new-delete-type-mismatch). Reported with both sizes; told to go on, the block is freed. The

@@ -253,6 +253,24 @@ TEST(malloc_preload_debug, reports_can_continue_instead_of_aborting) {
   EXPECT_TRUE(contains(first_report_line(out.output), "double free")) << out.output;
 }
 
+// Going on, an error repeated from one place is written once, and the count of those left out comes
+// at exit (as valgrind's "errors from N contexts" and ASan's recover mode); another place's is its own.
+TEST(malloc_preload_debug, an_error_repeated_from_one_place_is_reported_once) {
+  auto out = misuse_with("double-free-in-a-loop", {"MEMKIT_DEBUG=1", "MEMKIT_ABORT=0", "MEMKIT_LEAKS=0"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  std::size_t reports = 0;
+  for (std::size_t at = out.output.find("memkit: double free"); at != std::string::npos;
+       at = out.output.find("memkit: double free", at + 1)) {
+    ++reports;
+  }
+  EXPECT_EQ(reports, 2u) << out.output;
+  EXPECT_TRUE(contains(out.output, "memkit: 49 more reports of errors above (the same kind from the same stack) were "
+                                   "left out, from 1 place\n")) << out.output;
+  auto json = misuse_with("double-free-in-a-loop",
+                          {"MEMKIT_DEBUG=1", "MEMKIT_ABORT=0", "MEMKIT_LEAKS=0", "MEMKIT_REPORT_FORMAT=json"});
+  EXPECT_TRUE(contains(json.output, "{\"kind\":\"repeated-errors\",\"message\":\"49 more reports")) << json.output;
+}
+
 // ---- the corpus: one seeded bug per program, and its clean twin ----------------------------------
 
 struct seeded_bug {

@@ -155,6 +155,17 @@ void before_fork() noexcept { general_allocator::global().prepare_fork(); }
 void after_fork_in_parent() noexcept { general_allocator::global().after_fork_parent(); }
 void after_fork_in_child() noexcept { general_allocator::global().after_fork_child(); }
 
+// How many error reports were left out as repeats (report.hpp). Out of line: the writer's buffer
+// must not sit in report_at_exit's frame, which the leak scan reads as a root (stale words of the
+// program's frames would fill it).
+[[gnu::noinline]] void report_repeated_errors() noexcept {
+  const diagnostics::repeated_misuse left_out = diagnostics::repeated_misuse_reports();
+  if (left_out.reports == 0) return;
+  diagnostics::report_writer out(chosen.report_fd, general_allocator::global().current_options().format);
+  out.note("repeated-errors", "%zu more reports of errors above (the same kind from the same stack) were left out, "
+           "from %zu place%s", left_out.reports, left_out.places, left_out.places == 1 ? "" : "s");
+}
+
 // Runs when the process exits (or the library is unloaded), after the program's own destructors:
 // the statistics and leak reports see the final state.
 __attribute__((destructor)) void report_at_exit() noexcept {
@@ -166,6 +177,7 @@ __attribute__((destructor)) void report_at_exit() noexcept {
     if (__gnu_cxx::__freeres != nullptr) __gnu_cxx::__freeres();
     general_allocator::global().report_leaks(chosen.report_fd);
   }
+  report_repeated_errors();
 }
 
 // An executable that defines malloc itself (one linked with its own allocator: Rust's official

@@ -179,6 +179,14 @@ int main(int argc, char** argv) {
     free(launder(p));
     return 0;
   }
+  if (strcmp(what, "double-free-in-a-loop") == 0) {
+    /* 50 double frees from one place, then one from another: two reports, as the loop is one error */
+    char* p = launder(malloc(24));
+    free(p);
+    for (int i = 0; i < 50; ++i) free(launder(p));
+    free(launder(p));
+    return 0;
+  }
   if (strcmp(what, "foreign-free") == 0) {
     static char not_from_malloc[256];
     free(launder(not_from_malloc + 64));
