@@ -15,6 +15,8 @@ namespace {
 // Set while this thread unwinds: the unwinder may allocate on its first use, and an allocator in
 // debug mode would capture again from inside that allocation.
 thread_local bool capturing = false;
+// set_capture_origin's address, on this thread.
+constinit thread_local const void* capture_origin = nullptr;
 
 constexpr std::size_t kept_frames_limit = 80;  // frames skipped + kept, per capture
 
@@ -34,7 +36,8 @@ std::size_t capture_stack_trace(void** frames, std::size_t max_frames, std::size
   const os::symbols::code_range own = os::symbols::own_code();
   skip = 0;
 #else
-  constexpr std::size_t own_frames_allowance = 0;
+  // A few frames of room: the entry's caller may lie further out than the count says.
+  constexpr std::size_t own_frames_allowance = 8;
 #endif
   // The first frame os::symbols::capture reports is this function: skip it too.
   void* buffer[kept_frames_limit];
@@ -43,12 +46,23 @@ std::size_t capture_stack_trace(void** frames, std::size_t max_frames, std::size
   std::size_t first = std::min(skip + 1, got);
 #if defined(MEMKIT_MALLOC_SHARED)
   while (first < got && own.contains(buffer[first])) ++first;
+#else
+  if (capture_origin != nullptr) {
+    for (std::size_t i = 1; i < got && i <= skip + 1 + own_frames_allowance; ++i) {
+      if (buffer[i] == capture_origin) {
+        first = i;
+        break;
+      }
+    }
+  }
 #endif
   std::size_t count = 0;
   for (std::size_t i = first; i < got && count < max_frames; ++i) frames[count++] = buffer[i];
   capturing = false;
   return count;
 }
+
+void set_capture_origin(const void* return_address) noexcept { capture_origin = return_address; }
 
 namespace {
 

@@ -115,6 +115,23 @@ TEST(general_allocator_debug, double_free_reports_allocation_first_and_second_fr
                "  first freed at:\n    #0 0x[0-9a-f]+"));
 }
 
+// Out of line, so that its call to free is a frame of its own in every build.
+[[gnu::noinline]] void free_it_here(general_allocator& a, void* p) {
+  a.free(p);
+  asm volatile("" ::: "memory");
+}
+
+// The trace of the operation starts at the user's own call, whatever the library's build made of
+// the frames in between: an optimized build tail-calls from free() into debug mode, and a fixed
+// count of frames to skip then dropped the user's function from "freed again at" (seen in the
+// sanitizer preset, whose library is optimized; the debug preset's is not).
+TEST(general_allocator_debug, a_trace_starts_at_the_users_own_call) {
+  general_allocator a(debug_options());
+  void* p = a.allocate(40);
+  free_it_here(a, p);
+  EXPECT_DEATH(free_it_here(a, p), output_matching("  freed again at:\n    #0 0x[0-9a-f]+ [^\n]*free_it_here"));
+}
+
 TEST(general_allocator_debug, double_free_of_a_large_block_is_reported) {
   general_allocator a(debug_options());
   void* p = a.allocate(std::size_t{5} << 20);

@@ -234,6 +234,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
 
 void* general_allocator::allocate_in_family(std::size_t size, std::size_t alignment,
                                             allocation_family family) noexcept {
+  detail::set_capture_origin(MEMKIT_CALLER_ADDRESS());
   impl* im = impl_;
   if (im == nullptr) return allocation_failure();
   if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return allocation_failure(EINVAL);
@@ -246,6 +247,7 @@ void* general_allocator::allocate_in_family(std::size_t size, std::size_t alignm
 
 void general_allocator::free_in_family(void* p, allocation_family family, std::size_t size) noexcept {
   if (p == nullptr) return;
+  detail::set_capture_origin(MEMKIT_CALLER_ADDRESS());
   impl_->debug_free(p, family, size);
 }
 

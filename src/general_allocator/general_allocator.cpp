@@ -123,6 +123,7 @@ void* general_allocator::allocate(std::size_t size, std::size_t alignment) noexc
     if (MEMKIT_LIKELY(pg->free != nullptr)) return pop_free_block(pg);
     return impl_->allocate_direct_miss(h, size, alignment);
   }
+  if (MEMKIT_UNLIKELY(options_.debug)) detail::set_capture_origin(MEMKIT_CALLER_ADDRESS());
   return allocate_fallback(impl_, size, alignment);
 }
 
@@ -137,6 +138,7 @@ void* general_allocator::impl::allocate_direct_miss(heap* h, std::size_t size, s
 
 void* general_allocator::allocate_zeroed(std::size_t size, std::size_t alignment) noexcept {
   if (impl_ == nullptr) return allocation_failure();
+  if (MEMKIT_UNLIKELY(options_.debug)) detail::set_capture_origin(MEMKIT_CALLER_ADDRESS());
   return impl_->allocate_generic(size, alignment, true);
 }
 
@@ -223,6 +225,7 @@ namespace {
 void general_allocator::free(void* p) noexcept {
   if (p == nullptr) return;
   if (MEMKIT_UNLIKELY(options_.debug)) {
+    detail::set_capture_origin(MEMKIT_CALLER_ADDRESS());
     impl_->debug_free(p);
     return;
   }
@@ -244,7 +247,10 @@ void general_allocator::free(void* p) noexcept {
 
 std::size_t general_allocator::usable_size(const void* p) const noexcept {
   if (p == nullptr) return 0;
-  if (MEMKIT_UNLIKELY(options_.debug)) return impl_->debug_checked_usable_size(p);  // checks p first
+  if (MEMKIT_UNLIKELY(options_.debug)) {
+    detail::set_capture_origin(MEMKIT_CALLER_ADDRESS());
+    return impl_->debug_checked_usable_size(p);  // checks p first
+  }
   segment* s = segment_of(p);
   page* pg = page_of(s, p);
   if (pg->debug) return impl_->debug_usable_size(p);
@@ -274,6 +280,7 @@ void* general_allocator::reallocate_unsized(void* p, std::size_t new_size) noexc
 }
 
 void* general_allocator::reallocate_unsized(void* p, std::size_t new_size, std::size_t alignment) noexcept {
+  if (MEMKIT_UNLIKELY(options_.debug)) detail::set_capture_origin(MEMKIT_CALLER_ADDRESS());
   if (p == nullptr) return allocate(new_size, alignment);
   if (impl_ == nullptr) return allocation_failure();
   if (!detail::is_power_of_two(alignment)) return allocation_failure(EINVAL);

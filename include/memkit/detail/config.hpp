@@ -43,6 +43,14 @@
 #define MEMKIT_PREFETCH(p) static_cast<void>(p)
 #endif
 
+// MEMKIT_CALLER_ADDRESS(): the return address of the current function's call, its caller's call
+// site (null where the compiler cannot tell). Debug mode's traces start there.
+#if defined(__GNUC__) || defined(__clang__)
+#define MEMKIT_CALLER_ADDRESS() __builtin_return_address(0)
+#else
+#define MEMKIT_CALLER_ADDRESS() static_cast<void*>(nullptr)
+#endif
+
 // MEMKIT_IN_REGISTER(x): from here on the compiler knows nothing of the variable x but that it
 // sits in a register, so it uses that register instead of computing x again from its sources. A
 // hint for hot paths, where GCC would otherwise spend an instruction; nothing elsewhere.

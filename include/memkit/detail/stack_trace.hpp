@@ -24,6 +24,14 @@ namespace memkit::detail {
 // return 0.
 std::size_t capture_stack_trace(void** frames, std::size_t max_frames, std::size_t skip) noexcept;
 
+// Names where the current operation entered the library: the return address of the call into its
+// public entry point (MEMKIT_CALLER_ADDRESS() there), on this thread. The captures that follow
+// start at that frame when they find it among the first frames, instead of after a fixed count of
+// them, which tail calls and inlining change from build to build (an optimized build tail-calls
+// from general_allocator::free into debug mode, and the count then dropped the user's own frame).
+// The drop-in library drops its frames by address and needs none of this.
+void set_capture_origin(const void* return_address) noexcept;
+
 // Writes one line per frame to `fd`:
 //   "    #i 0xADDR function+0xOFF at file:line (object+0xOFF)"
 // where the function, " at file:line" and the object are left out when unknown. Must not be called
