@@ -91,6 +91,11 @@ void report_writer::write_pending() noexcept {
   pending_length = 0;
 }
 
+void misuse_reports_after_fork_in_child() noexcept {
+  writing_misuse_report = false;
+  misuse_lock.store(false, std::memory_order_relaxed);
+}
+
 repeated_misuse repeated_misuse_reports() noexcept {
   return {repeated_reports.load(std::memory_order_relaxed), repeated_places.load(std::memory_order_relaxed)};
 }

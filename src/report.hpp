@@ -56,6 +56,10 @@ struct repeated_misuse {
 };
 repeated_misuse repeated_misuse_reports() noexcept;
 
+// In the child of a fork: no report is being written (the thread that was writing one in the
+// parent does not exist here), so the misuse reports' lock is free.
+void misuse_reports_after_fork_in_child() noexcept;
+
 // A misuse report, written piece by piece to a descriptor in the configured format.
 //
 // A misuse writer that goes on (abort_on_error false) writes each error once per place: a report

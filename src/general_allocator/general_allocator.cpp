@@ -8,6 +8,7 @@
 #include <new>
 
 #include "internal.hpp"
+#include "report.hpp"
 #include "memkit/os.hpp"
 #include "memkit/detail/stack_trace.hpp"
 
@@ -412,6 +413,7 @@ void general_allocator::after_fork_child() noexcept {
   if (im == nullptr) return;
   im->lock.reset();
   claims::reset_after_fork();
+  diagnostics::misuse_reports_after_fork_in_child();
   // The parent's other threads do not exist here. Their heaps may have been mid-update when the
   // fork happened, so they are never adopted; marking them ownerless makes every free into them
   // take the atomic cross-thread path, which is safe.
