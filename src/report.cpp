@@ -80,7 +80,7 @@ report_writer::report_writer(int fd, general_allocator::report_format format, mi
 
 report_writer::~report_writer() {
   if (!serialized_) return;
-  if (deciding_) write_pending();
+  if (deciding_) decide();  // a report without end()
   writing_misuse_report = false;
   misuse_lock.store(false, std::memory_order_release);
 }
@@ -89,6 +89,8 @@ void report_writer::write_pending() noexcept {
   deciding_ = false;
   put(fd_, pending, pending_length);
   pending_length = 0;
+  for (std::size_t s = 0; s < held_count_; ++s) write_stack(held_[s].title, held_[s].frames, held_[s].count, held_[s].captured);
+  held_count_ = 0;
 }
 
 void misuse_reports_after_fork_in_child() noexcept {
@@ -100,18 +102,27 @@ repeated_misuse repeated_misuse_reports() noexcept {
   return {repeated_reports.load(std::memory_order_relaxed), repeated_places.load(std::memory_order_relaxed)};
 }
 
-void report_writer::decide(const void* const* frames, std::size_t count) noexcept {
+void report_writer::decide() noexcept {
   deciding_ = false;
-  std::uint64_t key = 14695981039346656037ull;  // FNV-1a over the kind and the return addresses
+  bool captured = held_count_ != 0;
+  std::uint64_t key = 14695981039346656037ull;  // FNV-1a over the kind and every stack's addresses
   for (const char* c = kind_; *c != '\0'; ++c) key = (key ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
-  for (std::size_t i = 0; i < count; ++i) key = (key ^ reinterpret_cast<std::uintptr_t>(frames[i])) * 1099511628211ull;
+  for (std::size_t s = 0; s < held_count_; ++s) {
+    const held_stack& h = held_[s];
+    captured = captured && h.captured;
+    for (std::size_t i = 0; i < h.count; ++i) key = (key ^ reinterpret_cast<std::uintptr_t>(h.frames[i])) * 1099511628211ull;
+    key = (key ^ 0xff) * 1099511628211ull;  // the end of a stack
+  }
   key = (key & ~(std::uint64_t{1} << 63)) | 1;  // never 0 (an empty slot), top bit free
-  const int repeat = record_place(key);
-  if (repeat == 0) return write_pending();
-  muted_ = true;
-  pending_length = 0;
-  repeated_reports.fetch_add(1, std::memory_order_relaxed);
-  if (repeat == 2) repeated_places.fetch_add(1, std::memory_order_relaxed);
+  const int repeat = captured ? record_place(key) : 0;
+  if (repeat != 0) {
+    muted_ = true;
+    pending_length = 0;
+    repeated_reports.fetch_add(1, std::memory_order_relaxed);
+    if (repeat == 2) repeated_places.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  write_pending();
 }
 
 void report_writer::text(const char* s, std::size_t n) noexcept {
@@ -194,12 +205,16 @@ void report_writer::word(const char* name, const char* value) noexcept {
 
 void report_writer::stack(const char* title, void* const* frames, std::size_t count, bool captured) noexcept {
   if (deciding_) {
-    if (captured && count != 0) {
-      decide(frames, count);
-    } else {
-      write_pending();
+    if (held_count_ < sizeof held_ / sizeof held_[0]) {
+      held_[held_count_++] = {title, frames, count, captured};
+      return;
     }
+    write_pending();  // more stacks than held: written, whether or not it repeats
   }
+  write_stack(title, frames, count, captured);
+}
+
+void report_writer::write_stack(const char* title, void* const* frames, std::size_t count, bool captured) noexcept {
   if (muted_) return;
   if (!json_) {
     formatted("  %s:\n", title);
@@ -230,7 +245,7 @@ void report_writer::stack(const char* title, void* const* frames, std::size_t co
 }
 
 void report_writer::end() noexcept {
-  if (deciding_) write_pending();  // no stack: written
+  if (deciding_) decide();
   if (!json_) return;
   if (stacks_open_) text("]");
   text("}\n");

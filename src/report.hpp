@@ -62,11 +62,14 @@ void misuse_reports_after_fork_in_child() noexcept;
 
 // A misuse report, written piece by piece to a descriptor in the configured format.
 //
-// A misuse writer that goes on (abort_on_error false) writes each error once per place: a report
-// whose kind and first stack (the operation that triggered it) were written before in this process
-// is left out and counted (repeated_misuse_reports), as valgrind counts "errors from N contexts"
-// and ASan in recover mode deduplicates by place, so that a mismatched free in a loop is one report,
-// not thousands. Reports without a captured stack, and reports that abort, are always written.
+// A misuse writer that goes on (abort_on_error false) writes each error once: a report whose kind
+// and stacks (the operation that triggered it, then the block's history) were all written before
+// in this process is left out and counted (repeated_misuse_reports), as valgrind counts "errors
+// from N contexts" and ASan in recover mode deduplicates by place, so that a mismatched free in a
+// loop is one report, not thousands, while a write after free found at one allocation site is
+// still reported for each block history. Reports without a captured stack, and reports that abort,
+// are always written. Such a writer holds the report until end(): the stacks' frames must stay
+// valid until then.
 // What a misuse writer is told: whether the report ends the process (abort_on_error), in which
 // case it is always written in full.
 struct misuse_report {
@@ -106,17 +109,26 @@ class report_writer {
   void text(const char* s) noexcept;
   void formatted(const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
   void quoted(const char* s) noexcept;  // a JSON string
-  void decide(const void* const* frames, std::size_t count) noexcept;  // a misuse writer's first stack
-  void write_pending() noexcept;
+  void decide() noexcept;  // a deciding misuse writer, at end(): written or left out
+  void write_pending() noexcept;  // what it held: the text, then the stacks
+  void write_stack(const char* title, void* const* frames, std::size_t count, bool captured) noexcept;
   int fd_;
   bool json_;
   bool stacks_open_ = false;
-  // A misuse writer holds what it writes (in one buffer for all, under the misuse reports' lock)
-  // until its first stack says whether it is a repeat.
+  // A misuse writer holds what it writes (the text in one buffer for all, under the misuse reports'
+  // lock; the stacks as pointers) until end() says whether it is a repeat.
   bool serialized_ = false;
   bool deciding_ = false;
   bool muted_ = false;
   const char* kind_ = "";
+  struct held_stack {
+    const char* title;
+    void* const* frames;
+    std::size_t count;
+    bool captured;
+  };
+  held_stack held_[4];
+  std::size_t held_count_ = 0;
 };
 
 }  // namespace memkit::diagnostics

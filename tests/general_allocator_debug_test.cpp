@@ -967,7 +967,8 @@ TEST(general_allocator_debug, a_mismatched_free_told_to_go_on_frees_the_block) {
 }
 
 // Told to go on, an error repeated from one place is written once: a double free in a loop is one
-// report, while the same error from another line is a report of its own.
+// report, while the same error from another line is a report of its own, and so is the same line's
+// error on a block of another history (allocated elsewhere).
 // Out of line, so that each place is its own frame whatever the build inlines (a sanitizer build
 // inlines the free path one level deeper, and the traces then start a frame further out).
 [[gnu::noinline]] void free_again_and_again(general_allocator& a, void* p) {
@@ -984,15 +985,17 @@ TEST(general_allocator_debug, an_error_repeated_from_one_place_is_written_once) 
   o.abort_on_error = false;
   const std::string text = capture_report(o, [](general_allocator& a) {
     void* p = a.allocate(24);
+    void* q = a.allocate(24);
     a.free(p);
-    free_again_and_again(a, p);
+    a.free(q);
+    for (void* block : {p, q}) free_again_and_again(a, block);
     free_once_more(a, p);
   });
   std::size_t reports = 0;
   for (std::size_t at = text.find("memkit: double free"); at != std::string::npos; at = text.find("memkit: double free", at + 1)) {
     ++reports;
   }
-  EXPECT_EQ(reports, 2u) << text;
+  EXPECT_EQ(reports, 3u) << text;
 }
 
 // A sized operator delete passes the size of the type it deletes: another size than the block was
