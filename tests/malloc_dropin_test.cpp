@@ -264,7 +264,7 @@ TEST(malloc_preload_debug, an_error_repeated_from_one_place_is_reported_once) {
     ++reports;
   }
   EXPECT_EQ(reports, 2u) << out.output;
-  EXPECT_TRUE(contains(out.output, "memkit: 49 more reports of errors above (the same kind from the same stack) were "
+  EXPECT_TRUE(contains(out.output, "memkit: 49 more reports of errors above (the same kind with the same stacks) were "
                                    "left out, from 1 place\n")) << out.output;
   auto json = misuse_with("double-free-in-a-loop",
                           {"MEMKIT_DEBUG=1", "MEMKIT_ABORT=0", "MEMKIT_LEAKS=0", "MEMKIT_REPORT_FORMAT=json"});

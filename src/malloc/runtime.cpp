@@ -162,7 +162,7 @@ void after_fork_in_child() noexcept { general_allocator::global().after_fork_chi
   const diagnostics::repeated_misuse left_out = diagnostics::repeated_misuse_reports();
   if (left_out.reports == 0) return;
   diagnostics::report_writer out(chosen.report_fd, general_allocator::global().current_options().format);
-  out.note("repeated-errors", "%zu more reports of errors above (the same kind from the same stack) were left out, "
+  out.note("repeated-errors", "%zu more reports of errors above (the same kind with the same stacks) were left out, "
            "from %zu place%s", left_out.reports, left_out.places, left_out.places == 1 ? "" : "s");
 }
 
