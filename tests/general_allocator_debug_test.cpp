@@ -1026,24 +1026,27 @@ TEST(general_allocator_debug, a_sized_delete_of_another_size_is_reported) {
   EXPECT_DEATH(a.free(large, family::array_new, std::size_t{4} << 20),
                output_matching("the 5242880-byte block at 0x[0-9a-f]+ was allocated with operator new[[][]] and "
                                "released with a sized operator delete[[][]] of 4194304 bytes\n"));
-  general_allocator::options o = debug_options();
-  o.abort_on_error = false;
-  general_allocator::leak_summary summary;
-  const std::string text = capture_report(o, [&](general_allocator& b) {
-    b.free(b.allocate(40, 16, family::scalar_new), family::scalar_new, 40);
-    b.free(b.allocate(24, 16, family::array_new), family::array_new, 0);
-    b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, std::size_t{5} << 20);
-    b.free(b.allocate(48, 16, family::scalar_new), family::scalar_new, 16);  // reported, then freed
-    b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, 1);
-    (void)b.report_leaks(b.current_options().report_fd, summary);
-  });
-  EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
-  EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
-  std::size_t reports = 0;
-  for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
-  EXPECT_EQ(reports, 2u) << text;
-  EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
   a.free(object, family::scalar_new, 40);
+  // The leak report stops threads with ptrace, after which LeakSanitizer cannot: in a child.
+  in_fresh_process([] {
+    general_allocator::options o = debug_options();
+    o.abort_on_error = false;
+    general_allocator::leak_summary summary;
+    const std::string text = capture_report(o, [&](general_allocator& b) {
+      b.free(b.allocate(40, 16, family::scalar_new), family::scalar_new, 40);
+      b.free(b.allocate(24, 16, family::array_new), family::array_new, 0);
+      b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, std::size_t{5} << 20);
+      b.free(b.allocate(48, 16, family::scalar_new), family::scalar_new, 16);  // reported, then freed
+      b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, 1);
+      (void)b.report_leaks(b.current_options().report_fd, summary);
+    });
+    EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
+    EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
+    std::size_t reports = 0;
+    for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
+    EXPECT_EQ(reports, 2u) << text;
+    EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
+  });
   a.free(large, family::array_new, std::size_t{5} << 20);
 }
 
