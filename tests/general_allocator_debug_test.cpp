@@ -983,8 +983,11 @@ TEST(general_allocator_debug, a_mismatched_free_told_to_go_on_frees_the_block) {
 // error on a block of another history (allocated elsewhere).
 // Out of line, so that each place is its own frame whatever the build inlines (a sanitizer build
 // inlines the free path one level deeper, and the traces then start a frame further out).
+// The count is read through a volatile: with a constant one an optimizing build unrolls the loop,
+// and each unrolled call is a place of its own.
+volatile int free_again_times = 20;
 [[gnu::noinline]] void free_again_and_again(general_allocator& a, void* p) {
-  for (int i = 0; i < 20; ++i) a.free(p);
+  for (int i = 0, n = free_again_times; i < n; ++i) a.free(p);
   asm volatile("" ::: "memory");
 }
 [[gnu::noinline]] void free_once_more(general_allocator& a, void* p) {
