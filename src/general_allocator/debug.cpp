@@ -116,16 +116,22 @@ std::uint8_t family_of_own_operator(void* const* frames, std::size_t count, bool
 
 // Seen through such operators, a malloc-family block from an operator new is that new's, and a free
 // called by an operator delete is that delete. So `delete` of what the library's own `new` returned
-// is no mismatch, while its `delete[]` still is one.
-void see_through_own_operators(std::uint8_t& had, std::uint8_t& wanted, void* const* alloc_frames,
+// is no mismatch, while its `delete[]` still is one. True when the block came from such a new: what
+// it asked malloc for need not be the size a sized delete passes (it may round up), so that size is
+// not checked.
+bool see_through_own_operators(std::uint8_t& had, std::uint8_t& wanted, void* const* alloc_frames,
                                std::size_t alloc_count, const current_trace& now) noexcept {
   constexpr auto malloc_family = static_cast<std::uint8_t>(general_allocator::allocation_family::malloc);
-  if (!is_other_family(had, wanted)) return;
+  if (!is_other_family(had, wanted)) return false;
   if (had == malloc_family) {
-    if (const std::uint8_t f = family_of_own_operator(alloc_frames, alloc_count, false)) had = f;
+    if (const std::uint8_t f = family_of_own_operator(alloc_frames, alloc_count, false)) {
+      had = f;
+      return true;
+    }
   } else if (wanted == malloc_family) {
     if (const std::uint8_t f = family_of_own_operator(now.frames, now.count, true)) wanted = f;
   }
+  return false;
 }
 
 // A live block released through another family's function (free of what operator new returned,
@@ -346,10 +352,10 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     if (pg.debug) {
       std::uint8_t had = s->huge_flags & family_mask;
       std::uint8_t released_as = wanted;
-      const bool wrong_size = size != 0 && size != s->huge_requested;
+      bool wrong_size = size != 0 && size != s->huge_requested;
       if (is_other_family(had, wanted) || wrong_size) {
         capture_now();
-        see_through_own_operators(had, released_as, s->huge_frames, s->huge_alloc_frames, now);
+        if (see_through_own_operators(had, released_as, s->huge_frames, s->huge_alloc_frames, now)) wrong_size = false;
         if (is_other_family(had, released_as) || wrong_size) {
           report_wrong_release(o, p, s->huge_requested, had, released_as, size, now, s->huge_frames,
                                s->huge_alloc_frames, captured);
@@ -404,7 +410,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   current_trace now;
   std::uint8_t had = r->flags & family_mask;
   std::uint8_t released_as = wanted;
-  const bool wrong_size = size != 0 && size != r->requested;
+  bool wrong_size = size != 0 && size != r->requested;
   if (within != 0 || r->state != live || is_other_family(had, wanted) || wrong_size) {
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
   }
@@ -438,7 +444,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     diagnostics::finish_misuse_report(o.abort_on_error);
     return;
   }
-  see_through_own_operators(had, released_as, alloc_frames_of(pg, r), r->alloc_frames, now);
+  if (see_through_own_operators(had, released_as, alloc_frames_of(pg, r), r->alloc_frames, now)) wrong_size = false;
   if (is_other_family(had, released_as) || wrong_size) {
     report_wrong_release(o, p, r->requested, had, released_as, size, now, alloc_frames_of(pg, r), r->alloc_frames, captured);
   }

@@ -5,13 +5,15 @@
 #include <cstdlib>
 #include <new>
 
+// Both round the request up to 16 bytes, so what malloc is asked for is not what a sized delete of
+// the object passes.
 void* operator new(std::size_t size) {
-  void* p = std::malloc(size == 0 ? 1 : size);
+  void* p = std::malloc((size + 15) & ~std::size_t{15});
   if (p == nullptr) throw std::bad_alloc();
   return p;
 }
 void* operator new[](std::size_t size) {
-  void* p = std::malloc(size == 0 ? 1 : size);
+  void* p = std::malloc((size + 15) & ~std::size_t{15});
   if (p == nullptr) throw std::bad_alloc();
   return p;
 }
