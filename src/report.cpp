@@ -36,7 +36,7 @@ void report_contract_violation(const char* condition, const char* message, const
 
 namespace {
 
-// The places whose misuse reports were written: a hash of each report's kind and first stack, in
+// The places whose misuse reports were written: a hash of each report's kind and stacks, in
 // an open-addressed table that only grows (no malloc; reports may come from any thread). When it
 // is full, further reports are written.
 constexpr std::size_t place_slots = 4096;
@@ -59,12 +59,21 @@ int record_place(std::uint64_t key) noexcept {
   return 0;  // full: written
 }
 
-// One misuse report at a time: the lock, its holder's pending text, and the flag of the thread that
-// holds it (a report made while writing one, which does not happen, would be written directly).
+// One misuse report at a time: the lock, the flag of the thread that holds it (a report made while
+// writing one, which does not happen, would be written directly), and what the holder holds back
+// until it knows whether its report is a repeat: the text, and its stacks' pointers.
 std::atomic<bool> misuse_lock{false};
 constinit thread_local bool writing_misuse_report = false;
 char pending[2048];
 std::size_t pending_length = 0;
+struct held_stack {
+  const char* title;
+  void* const* frames;
+  std::size_t count;
+  bool captured;
+};
+held_stack held[4];
+std::size_t held_count = 0;
 
 }  // namespace
 
@@ -76,6 +85,7 @@ report_writer::report_writer(int fd, general_allocator::report_format format, mi
   serialized_ = true;
   deciding_ = !misuse.aborts;
   pending_length = 0;
+  held_count = 0;
 }
 
 report_writer::~report_writer() {
@@ -89,8 +99,9 @@ void report_writer::write_pending() noexcept {
   deciding_ = false;
   put(fd_, pending, pending_length);
   pending_length = 0;
-  for (std::size_t s = 0; s < held_count_; ++s) write_stack(held_[s].title, held_[s].frames, held_[s].count, held_[s].captured);
-  held_count_ = 0;
+  const std::size_t stacks = held_count;
+  held_count = 0;
+  for (std::size_t s = 0; s < stacks; ++s) write_stack(held[s].title, held[s].frames, held[s].count, held[s].captured);
 }
 
 void misuse_reports_after_fork_in_child() noexcept {
@@ -104,11 +115,11 @@ repeated_misuse repeated_misuse_reports() noexcept {
 
 void report_writer::decide() noexcept {
   deciding_ = false;
-  bool captured = held_count_ != 0;
+  bool captured = held_count != 0;
   std::uint64_t key = 14695981039346656037ull;  // FNV-1a over the kind and every stack's addresses
   for (const char* c = kind_; *c != '\0'; ++c) key = (key ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
-  for (std::size_t s = 0; s < held_count_; ++s) {
-    const held_stack& h = held_[s];
+  for (std::size_t s = 0; s < held_count; ++s) {
+    const held_stack& h = held[s];
     captured = captured && h.captured;
     for (std::size_t i = 0; i < h.count; ++i) key = (key ^ reinterpret_cast<std::uintptr_t>(h.frames[i])) * 1099511628211ull;
     key = (key ^ 0xff) * 1099511628211ull;  // the end of a stack
@@ -118,6 +129,7 @@ void report_writer::decide() noexcept {
   if (repeat != 0) {
     muted_ = true;
     pending_length = 0;
+    held_count = 0;
     repeated_reports.fetch_add(1, std::memory_order_relaxed);
     if (repeat == 2) repeated_places.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -205,8 +217,8 @@ void report_writer::word(const char* name, const char* value) noexcept {
 
 void report_writer::stack(const char* title, void* const* frames, std::size_t count, bool captured) noexcept {
   if (deciding_) {
-    if (held_count_ < sizeof held_ / sizeof held_[0]) {
-      held_[held_count_++] = {title, frames, count, captured};
+    if (held_count < sizeof held / sizeof held[0]) {
+      held[held_count++] = {title, frames, count, captured};
       return;
     }
     write_pending();  // more stacks than held: written, whether or not it repeats

@@ -115,20 +115,12 @@ class report_writer {
   int fd_;
   bool json_;
   bool stacks_open_ = false;
-  // A misuse writer holds what it writes (the text in one buffer for all, under the misuse reports'
-  // lock; the stacks as pointers) until end() says whether it is a repeat.
+  // A misuse writer holds what it writes (the text and the stacks' pointers, in one place for all,
+  // under the misuse reports' lock) until end() says whether it is a repeat.
   bool serialized_ = false;
   bool deciding_ = false;
   bool muted_ = false;
   const char* kind_ = "";
-  struct held_stack {
-    const char* title;
-    void* const* frames;
-    std::size_t count;
-    bool captured;
-  };
-  held_stack held_[4];
-  std::size_t held_count_ = 0;
 };
 
 }  // namespace memkit::diagnostics

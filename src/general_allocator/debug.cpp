@@ -51,6 +51,11 @@ struct current_trace {
   std::size_t count = 0;
 };
 
+// The writer of a misuse report under the options in force (where, in which format, whether it aborts).
+report_writer misuse_writer(const general_allocator::options& o) noexcept {
+  return report_writer(o.report_fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+}
+
 }  // namespace
 
 bool general_allocator::impl::setup_records(page* pg) noexcept {
@@ -141,7 +146,7 @@ bool see_through_own_operators(std::uint8_t& had, std::uint8_t& wanted, void* co
 void report_wrong_release(const general_allocator::options& o, const void* p, std::size_t requested, std::uint8_t had,
                           std::uint8_t wanted, std::size_t size, const current_trace& now, void* const* alloc_frames,
                           std::size_t alloc_count, bool captured) noexcept {
-  report_writer out(o.report_fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+  report_writer out = misuse_writer(o);
   if (is_other_family(had, wanted)) {
     out.begin("mismatched-free", p, requested,
               "mismatched free: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released with %s",
@@ -177,7 +182,7 @@ bool general_allocator::impl::check_freed_fill(page* pg, void* p, std::size_t fr
     if (bytes[i] == freed_fill_byte) continue;
     current_trace now;
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
-    report_writer out(o.report_fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+    report_writer out = misuse_writer(o);
     out.begin("use-after-free", p, r->requested,
               "use after free: the %u-byte block at " MEMKIT_ADDRESS " was written after it was freed "
               "(byte %zu is 0x%02x, expected 0x%02x)",
@@ -261,7 +266,7 @@ void general_allocator::impl::report_foreign(const void* p, const char* what) no
   const options& o = self->options_;
   current_trace now;
   if (o.capture_stack_traces) now.count = detail::capture_stack_trace(now.frames, o.stack_frames, report_skip);
-  report_writer out(o.report_fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+  report_writer out = misuse_writer(o);
   out.begin("foreign-free", p, 0, "%s: " MEMKIT_ADDRESS, what, diagnostics::address(p));
   out.stack("freed at", now.frames, now.count, o.capture_stack_traces);
   out.end();
@@ -294,7 +299,7 @@ bool general_allocator::impl::report_interior_of_large(const void* p) noexcept {
   const options& o = self->options_;
   current_trace now;
   if (captured) now.count = detail::capture_stack_trace(now.frames, max_stack_frames, report_skip);
-  report_writer out(o.report_fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+  report_writer out = misuse_writer(o);
   out.begin("interior-free", p, requested,
             "free of an interior pointer " MEMKIT_ADDRESS " (%zu bytes into the %zu-byte block at " MEMKIT_ADDRESS ")",
             diagnostics::address(p), static_cast<std::size_t>(c - start), requested, diagnostics::address(start));
@@ -308,7 +313,6 @@ bool general_allocator::impl::report_interior_of_large(const void* p) noexcept {
 void general_allocator::impl::debug_free(void* p, allocation_family family, std::size_t size) noexcept {
   const errno_keeper keep_errno;
   const options& o = self->options_;
-  const int fd = o.report_fd;
   const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(p) - 1) & ~segment_mask;
   if (!segment_map_contains(base) || reinterpret_cast<segment*>(base)->instance != this) {
     if (!report_interior_of_large(p)) report_foreign(p, "free of a pointer this allocator did not allocate");
@@ -326,7 +330,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     };
     if (!s->huge_live) {
       capture_now();
-      report_writer out(fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+      report_writer out = misuse_writer(o);
       out.begin("double-free", p, s->huge_requested, "double free of " MEMKIT_ADDRESS " (large block of %zu bytes)",
                 diagnostics::address(p), s->huge_requested);
       out.stack("freed again at", now.frames, now.count, captured);
@@ -338,7 +342,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     }
     if (c != reinterpret_cast<unsigned char*>(pg.start)) {
       capture_now();
-      report_writer out(fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+      report_writer out = misuse_writer(o);
       out.begin("interior-free", p, s->huge_requested,
                 "free of an interior pointer " MEMKIT_ADDRESS " (%zu bytes into the %zu-byte block at " MEMKIT_ADDRESS ")",
                 diagnostics::address(p), static_cast<std::size_t>(c - reinterpret_cast<unsigned char*>(pg.start)),
@@ -364,7 +368,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
       for (std::size_t i = 0; i < o.canary_bytes && s->huge_requested + i < s->huge_size; ++i) {
         if (c[s->huge_requested + i] != canary_byte) {
           capture_now();
-          report_writer out(fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+          report_writer out = misuse_writer(o);
           out.begin("heap-buffer-overflow", p, s->huge_requested,
                     "heap buffer overflow: the canary after the %zu-byte block at " MEMKIT_ADDRESS " was "
                     "overwritten (byte %zu past the end)",
@@ -416,7 +420,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   }
   // A slot never handed out is no block: a pointer into it is reported below as foreign.
   if (within != 0 && r->state != never_used) {
-    report_writer out(fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+    report_writer out = misuse_writer(o);
     out.begin("interior-free", p, r->requested,
               "free of an interior pointer " MEMKIT_ADDRESS " (%zu bytes into the %u-byte block at " MEMKIT_ADDRESS ")",
               diagnostics::address(p), within, static_cast<unsigned>(r->requested), diagnostics::address(block_start));
@@ -428,7 +432,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     return;
   }
   if (r->state != live) {
-    report_writer out(fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+    report_writer out = misuse_writer(o);
     if (r->state == freed) {
       out.begin("double-free", p, r->requested, "double free of " MEMKIT_ADDRESS " (block of %u bytes)", diagnostics::address(p),
                 static_cast<unsigned>(r->requested));
@@ -453,7 +457,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   for (std::size_t i = requested; i < canary_end; ++i) {
     if (c[i] != canary_byte) {
       if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
-      report_writer out(fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+      report_writer out = misuse_writer(o);
       out.begin("heap-buffer-overflow", p, requested,
                 "heap buffer overflow: the canary after the %zu-byte block at " MEMKIT_ADDRESS " was overwritten "
                 "(byte %zu past the end is 0x%02x)",
@@ -639,7 +643,7 @@ static void report_bad_operation(const general_allocator::impl* im, const char* 
   const bool captured = o.capture_stack_traces;
   current_trace now;
   if (captured) now.count = detail::capture_stack_trace(now.frames, o.stack_frames, report_skip);
-  report_writer out(o.report_fd, o.format, diagnostics::misuse_report{o.abort_on_error});
+  report_writer out = misuse_writer(o);
   if (state == block_state::foreign) {
     out.begin(kind, p, 0, "%s of a pointer this allocator did not allocate: " MEMKIT_ADDRESS, operation,
               diagnostics::address(p));
