@@ -978,23 +978,18 @@ TEST(general_allocator_debug, a_mismatched_free_told_to_go_on_frees_the_block) {
   });
 }
 
-// Told to go on, an error repeated from one place is written once: a double free in a loop is one
-// report, while the same error from another line is a report of its own, and so is the same line's
-// error on a block of another history (allocated elsewhere).
-// Out of line, so that each place is its own frame whatever the build inlines (a sanitizer build
-// inlines the free path one level deeper, and the traces then start a frame further out).
-// The count is read through a volatile: with a constant one an optimizing build unrolls the loop,
-// and each unrolled call is a place of its own.
+// Out of line, as free_it_here, so that each place is its own frame whatever the build inlines. The
+// count is read through a volatile: with a constant one an optimizing build unrolls the loop, and
+// each unrolled call is a place of its own.
 volatile int free_again_times = 20;
 [[gnu::noinline]] void free_again_and_again(general_allocator& a, void* p) {
   for (int i = 0, n = free_again_times; i < n; ++i) a.free(p);
   asm volatile("" ::: "memory");
 }
-[[gnu::noinline]] void free_once_more(general_allocator& a, void* p) {
-  a.free(p);
-  asm volatile("" ::: "memory");
-}
 
+// Told to go on, an error repeated from one place is written once: a double free in a loop is one
+// report, while the same error from another line is a report of its own, and so is the same line's
+// error on a block of another history (allocated elsewhere).
 TEST(general_allocator_debug, an_error_repeated_from_one_place_is_written_once) {
   general_allocator::options o = debug_options();
   o.abort_on_error = false;
@@ -1004,7 +999,7 @@ TEST(general_allocator_debug, an_error_repeated_from_one_place_is_written_once) 
     a.free(p);
     a.free(q);
     for (void* block : {p, q}) free_again_and_again(a, block);
-    free_once_more(a, p);
+    free_it_here(a, p);  // another place
   });
   std::size_t reports = 0;
   for (std::size_t at = text.find("memkit: double free"); at != std::string::npos; at = text.find("memkit: double free", at + 1)) {
