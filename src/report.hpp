@@ -60,6 +60,12 @@ repeated_misuse repeated_misuse_reports() noexcept;
 // parent does not exist here), so the misuse reports' lock is free.
 void misuse_reports_after_fork_in_child() noexcept;
 
+// What a misuse writer is told: whether the report ends the process (abort_on_error), in which
+// case it is always written in full.
+struct misuse_report {
+  bool aborts = true;
+};
+
 // A misuse report, written piece by piece to a descriptor in the configured format.
 //
 // A misuse writer that goes on (abort_on_error false) writes each error once: a report whose kind
@@ -70,12 +76,6 @@ void misuse_reports_after_fork_in_child() noexcept;
 // still reported for each block history. Reports without a captured stack, and reports that abort,
 // are always written. Such a writer holds the report until end(): the stacks' frames must stay
 // valid until then.
-// What a misuse writer is told: whether the report ends the process (abort_on_error), in which
-// case it is always written in full.
-struct misuse_report {
-  bool aborts = true;
-};
-
 class report_writer {
  public:
   report_writer(int fd, general_allocator::report_format format) noexcept
