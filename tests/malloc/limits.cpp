@@ -51,9 +51,11 @@ int failures = 0;
     }                                                                  \
   } while (0)
 
-// Keeps the compiler from folding a size into a call it knows cannot succeed.
+// Keeps the compiler from folding a size into a call it knows cannot succeed. One sink per
+// thread: with one shared by the threads scenario, a thread could read back another thread's size,
+// get a block of that size and fill its own size into it (past the block's end).
 std::size_t opaque(std::size_t n) {
-  static volatile std::size_t sink;
+  static thread_local volatile std::size_t sink;
   sink = n;
   return sink;
 }
