@@ -28,6 +28,7 @@
 
 #include "memkit/general_allocator.hpp"
 #include "memkit/os.hpp"
+#include "memkit/vector.hpp"
 #include "support/refuse_tracing.h"
 
 namespace {
@@ -1046,6 +1047,55 @@ TEST(general_allocator_debug, a_sized_delete_of_another_size_is_reported) {
     EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
   });
   a.free(large, family::array_new, std::size_t{5} << 20);
+}
+
+// deallocate(p, size) passes the size the caller believes the block has: another size than the
+// block was allocated (or last resized) with is a container that lost track of its capacity.
+// Reported with both sizes, through the allocator interface too; told to go on, the block is
+// freed. The right size is quiet: after allocate_at_least (which reports exactly the requested
+// size in debug mode), after an in-place resize, for large blocks, and for memkit::vector.
+TEST(general_allocator_debug, a_deallocate_of_another_size_is_reported) {
+  general_allocator a(debug_options());
+  memkit::allocator& interface = a;
+  void* block = a.allocate(40);
+  EXPECT_DEATH(a.deallocate(block, 32),
+               output_matching("memkit: mismatched deallocate size: the 40-byte block at 0x[0-9a-f]+ was released "
+                               "with deallocate of 32 bytes\n  released at:\n    #0.*  allocated at:\n    #0"));
+  EXPECT_DEATH(interface.deallocate(block, 48),
+               output_matching("the 40-byte block at 0x[0-9a-f]+ was released with deallocate of 48 bytes\n"));
+  a.deallocate(block, 40);
+  // The leak report stops threads with ptrace, after which LeakSanitizer cannot: in a child.
+  in_fresh_process([] {
+    general_allocator::options o = debug_options();
+    o.abort_on_error = false;
+    general_allocator::leak_summary summary;
+    const std::string text = capture_report(o, [&](general_allocator& b) {
+      memkit::allocator& i = b;
+      b.deallocate(b.allocate(40), 40);
+      b.deallocate(b.allocate(0), 0);
+      const memkit::allocation at_least = i.allocate_at_least(100);
+      i.deallocate(at_least.pointer, at_least.size);
+      void* resized = i.allocate(64);
+      EXPECT_TRUE(i.resize(resized, 64, 24));
+      i.deallocate(resized, 24);
+      b.deallocate(b.allocate(std::size_t{5} << 20), std::size_t{5} << 20);
+      {
+        memkit::vector<int> v(b);
+        for (int k = 0; k < 5000; ++k) v.push_back(k);
+        v.resize(10);
+        v.shrink_to_fit();
+      }
+      b.deallocate(b.allocate(48), 16);  // reported, then freed
+      b.deallocate(b.allocate(std::size_t{5} << 20), 1);
+      (void)b.report_leaks(b.current_options().report_fd, summary);
+    });
+    EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
+    EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
+    std::size_t reports = 0;
+    for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
+    EXPECT_EQ(reports, 2u) << text;
+    EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
+  });
 }
 
 // realloc of what operator new or new[] returned is a mismatch (memcheck: "Mismatched free() /

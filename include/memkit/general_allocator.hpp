@@ -27,9 +27,9 @@
 //  - Debug mode (options::debug) keeps a record per block: requested size, state and, optionally,
 //    the stack traces of the allocation and of the first free. It reports double frees (with the
 //    allocation, first-free and second-free traces), frees of pointers it does not own or of
-//    interior pointers, overwritten canaries after a block, writes to freed memory (found when the
-//    block leaves the quarantine of freed blocks or is reused) and leaks. Every check is O(1) per
-//    operation.
+//    interior pointers, a deallocate() or sized delete of another size than the block's,
+//    overwritten canaries after a block, writes to freed memory (found when the block leaves the
+//    quarantine of freed blocks or is reused) and leaks. Every check is O(1) per operation.
 //
 // Every function is thread-safe unless its comment says otherwise, and nothing here calls malloc,
 // so the allocator can BE malloc. (One exception, in debug mode with stack traces: the first
@@ -85,7 +85,7 @@ class general_allocator final : public allocator {
     std::size_t retained_limit = std::size_t{64} << 20;
     // On a detected error: true prints the report and aborts; false prints it and continues,
     // ignoring the offending operation (the block is neither freed nor reused), except a
-    // mismatched free or realloc, whose block is valid: that one is carried out.
+    // mismatched free, deallocate or realloc, whose block is valid: that one is carried out.
     bool abort_on_error = true;
     // File descriptor reports are written to.
     int report_fd = 2;
@@ -183,11 +183,13 @@ class general_allocator final : public allocator {
   // debug mode `p` must be a live block of this allocator (as for C free); debug mode reports
   // anything else instead of corrupting memory. Never changes errno.
   void free(void* p) noexcept;
-  // allocator::deallocate without the virtual call: the size and alignment are not needed.
+  // allocator::deallocate without the virtual call: the size and alignment are not needed, but
+  // debug mode reports a size other than the block's (there, allocate_at_least and usable_size
+  // report exactly the requested size, and resize changes it), then frees the block.
   void deallocate(void* p, std::size_t size, std::size_t alignment = default_alignment) noexcept {
-    (void)size;
     (void)alignment;
-    free(p);
+    if (MEMKIT_LIKELY(!options_.debug)) return free(p);
+    free_in_family(p, allocation_family::any, size == 0 ? 1 : size);
   }
   // Bytes usable in the block at `p` (at least the requested size); 0 for null. In debug mode,
   // exactly the requested size, so writing past it is caught by the canary.

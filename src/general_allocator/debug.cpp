@@ -141,7 +141,8 @@ bool see_through_own_operators(std::uint8_t& had, std::uint8_t& wanted, void* co
 
 // A live block released through another family's function (free of what operator new returned,
 // ...) or, through a sized operator delete, with another size than it was allocated with (a delete
-// through a base class without a virtual destructor): one report; the caller then frees the block
+// through a base class without a virtual destructor), or through deallocate(p, size) with another
+// size (a container that lost track of its capacity): one report; the caller then frees the block
 // as asked, as memcheck does, rather than keep it and report it again as a leak at exit.
 void report_wrong_release(const general_allocator::options& o, const void* p, std::size_t requested, std::uint8_t had,
                           std::uint8_t wanted, std::size_t size, const current_trace& now, void* const* alloc_frames,
@@ -151,6 +152,12 @@ void report_wrong_release(const general_allocator::options& o, const void* p, st
     out.begin("mismatched-free", p, requested,
               "mismatched free: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released with %s",
               requested, diagnostics::address(p), family_allocator_name(had), family_release_name(wanted));
+  } else if (wanted == 0) {  // the C++ interface's deallocate(p, size)
+    out.begin("mismatched-deallocate-size", p, requested,
+              "mismatched deallocate size: the %zu-byte block at " MEMKIT_ADDRESS " was released with deallocate "
+              "of %zu bytes",
+              requested, diagnostics::address(p), size);
+    out.number("released_size", size);
   } else {
     out.begin("mismatched-delete-size", p, requested,
               "mismatched delete size: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released "
@@ -158,8 +165,10 @@ void report_wrong_release(const general_allocator::options& o, const void* p, st
               requested, diagnostics::address(p), family_allocator_name(had), family_release_name(wanted), size);
     out.number("released_size", size);
   }
-  out.word("allocated_with", family_allocator_name(had));
-  out.word("released_with", family_release_name(wanted));
+  if (wanted != 0) {
+    out.word("allocated_with", family_allocator_name(had));
+    out.word("released_with", family_release_name(wanted));
+  }
   out.stack("released at", now.frames, now.count, captured);
   out.stack("allocated at", alloc_frames, alloc_count, captured);
   out.end();

@@ -360,9 +360,7 @@ void* general_allocator::do_allocate(std::size_t size, std::size_t alignment) no
 }
 
 void general_allocator::do_deallocate(void* p, std::size_t size, std::size_t alignment) noexcept {
-  (void)size;
-  (void)alignment;
-  free(p);
+  deallocate(p, size, alignment);
 }
 
 bool general_allocator::do_resize(void* p, std::size_t old_size, std::size_t new_size,
