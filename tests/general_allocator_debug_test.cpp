@@ -149,7 +149,7 @@ TEST(general_allocator_debug, double_free_of_a_large_block_is_reported) {
   general_allocator a(debug_options());
   void* p = a.allocate(std::size_t{5} << 20);
   a.free(p);
-  EXPECT_DEATH(a.free(p), output_matching("memkit: double free of 0x[0-9a-f]+ \\(large block of 5242880 bytes\\)\n"
+  EXPECT_DEATH(a.free(p), output_matching("memkit: double free of 0x[0-9a-f]+ \\(huge block of 5242880 bytes\\)\n"
                           "  freed again at:.*allocated at:.*first freed at:"));
 }
 
@@ -566,7 +566,7 @@ constexpr bool under_address_sanitizer = false;
 #endif
 
 // A heap over many pages and segments, reached only through interior pointers: a root deep inside
-// a large block (past its first 4 MiB), which points into the middle of every small block.
+// a huge block (past its first 4 MiB), which points into the middle of every small block.
 constexpr std::size_t scattered_blocks = 3000;
 constexpr std::size_t large_block_bytes = std::size_t{8} << 20;
 // The only root, as an address: hidden by flipping its bits in place, so that no copy of the
@@ -623,7 +623,7 @@ TEST(general_allocator_debug, leak_report_follows_interior_pointers_across_pages
   // With no root left, a word that is no pointer (0x7fb900000001 in a run whose 8 MiB block lay
   // across 0x7fb900000000, about one run in 500) still makes everything reachable: try again.
   if (lost_count == 0 && lost.reachable_blocks == scattered_blocks + 1) return false;
-  // The scan's own tables (which hold every page's first address) are no roots: the large block
+  // The scan's own tables (which hold every page's first address) are no roots: the huge block
   // is definitely lost, every small block indirectly.
   if (under_address_sanitizer) {
     // AddressSanitizer's frame of report_leaks keeps slots (redzones) that nothing writes, over
@@ -1012,7 +1012,7 @@ TEST(general_allocator_debug, an_error_repeated_from_one_place_is_written_once) 
 // A sized operator delete passes the size of the type it deletes: another size than the block was
 // allocated with is a delete through a base class without a virtual destructor (ASan's
 // new-delete-type-mismatch). Reported with both sizes; told to go on, the block is freed. The
-// right size, or none (0: an unsized delete), is quiet, for small and large blocks alike.
+// right size, or none (0: an unsized delete), is quiet, for small and huge blocks alike.
 TEST(general_allocator_debug, a_sized_delete_of_another_size_is_reported) {
   using family = general_allocator::allocation_family;
   general_allocator a(debug_options());
@@ -1053,7 +1053,7 @@ TEST(general_allocator_debug, a_sized_delete_of_another_size_is_reported) {
 // block was allocated (or last resized) with is a container that lost track of its capacity.
 // Reported with both sizes, through the allocator interface too; told to go on, the block is
 // freed. The right size is quiet: after allocate_at_least (which reports exactly the requested
-// size in debug mode), after an in-place resize, for large blocks, and for memkit::vector.
+// size in debug mode), after an in-place resize, for huge blocks, and for memkit::vector.
 TEST(general_allocator_debug, a_deallocate_of_another_size_is_reported) {
   general_allocator a(debug_options());
   memkit::allocator& interface = a;

@@ -169,7 +169,7 @@ TEST(general_allocator_stress, cross_thread_hand_over_keeps_every_block_intact) 
   auto s = a.statistics();
   // Every allocation is counted, whichever thread made it (reallocations that moved add more).
   // Every block was freed; frees by other threads are counted once their owners collect them, but
-  // large blocks are counted at once.
+  // huge blocks are counted at once.
   EXPECT_GE(s.allocations, allocated);
   EXPECT_EQ(s.huge_allocations, s.huge_frees);
   EXPECT_EQ(s.huge_live_bytes, 0u);
@@ -241,7 +241,7 @@ TEST(general_allocator_stress, destroying_an_allocator_runs_no_thread_exit_callb
 
 namespace {
 
-// Threads allocating, filling, checking and freeing large blocks of mixed sizes at once, so that
+// Threads allocating, filling, checking and freeing huge blocks of mixed sizes at once, so that
 // new blocks take pages from blocks other threads just freed (os::move_pages) while those threads
 // go on: every block must keep exactly what its owner wrote, and calloc must see zeros.
 TEST(general_allocator_stress, large_blocks_recycled_across_threads_keep_their_contents) {

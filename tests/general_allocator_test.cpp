@@ -237,7 +237,7 @@ TEST_F(general_allocator_test, allocate_zeroed_gives_zero_bytes_even_for_reused_
   }
 }
 
-// Options under which freed large blocks stay cached for the whole test, whatever the machine's
+// Options under which freed huge blocks stay cached for the whole test, whatever the machine's
 // speed.
 general_allocator::options long_cache() {
   general_allocator::options o;
@@ -381,7 +381,7 @@ TEST_F(general_allocator_test, a_freed_large_block_serves_blocks_of_the_size_cla
   EXPECT_LT(after.mapped_bytes, before.mapped_bytes + segment);  // no new segment
   EXPECT_LE(after.resident_bytes, before.resident_bytes + 64 * 1024);  // the header's pages at most
   fill(p, 2 * mib, 1);
-  // The rest of the freed block stays cached as a block of its own: a zeroed large block that
+  // The rest of the freed block stays cached as a block of its own: a zeroed huge block that
   // takes its pages reads zero, and neither overwrites the other.
   auto* z = static_cast<unsigned char*>(a.allocate_zeroed(5 * mib));
   ASSERT_NE(z, nullptr);
@@ -408,7 +408,7 @@ TEST_F(general_allocator_test, a_freed_large_block_serves_blocks_of_the_size_cla
 }
 
 // The system's own count of resident memory, not the allocator's: what it gives back must leave
-// the process. The cached large block's rest goes back at the purge; the 4 MiB segment made of its
+// the process. The cached huge block's rest goes back at the purge; the 4 MiB segment made of its
 // head stays, the heap's. (On Windows these are parts of one reservation, which the system frees
 // only whole; they leaked there once, the allocator's statistics counting them as returned.)
 TEST_F(general_allocator_test, a_cached_large_block_split_for_a_segment_gives_the_rest_back) {
@@ -449,7 +449,7 @@ TEST_F(general_allocator_test, over_aligned_large_blocks_give_their_memory_back)
   EXPECT_LT(rss_after.value(), rss_before.value() + 12 * mib);  // of 60 MiB written
 }
 
-// A freed large block serves a later, larger one in its own reservation: no new mapping, and the
+// A freed huge block serves a later, larger one in its own reservation: no new mapping, and the
 // pages it had stay where they are.
 TEST_F(general_allocator_test, a_cached_large_block_serves_a_larger_one_in_place) {
   general_allocator a(long_cache());
@@ -499,7 +499,7 @@ TEST_F(general_allocator_test, a_new_large_block_takes_the_cached_block_whose_pa
   a.free(q);
 }
 
-// Freed large blocks stay cached while their resident pages fit in retained_limit (not half of
+// Freed huge blocks stay cached while their resident pages fit in retained_limit (not half of
 // it): the limit bounds what sits empty, and refaulting them costs more than keeping them.
 TEST_F(general_allocator_test, freed_large_blocks_stay_cached_up_to_the_retained_limit) {
   general_allocator::options o = long_cache();
@@ -693,7 +693,7 @@ TEST_F(general_allocator_test, os_failures_become_null_and_the_allocator_recover
   general_allocator a;
   os::testing::fail_after(os::testing::operation::reserve, 0);
   EXPECT_EQ(a.allocate(100), nullptr);           // no segment can be reserved
-  EXPECT_EQ(a.allocate(8u << 20), nullptr);      // nor a large block
+  EXPECT_EQ(a.allocate(8u << 20), nullptr);      // nor a huge block
   os::testing::clear_injected_failures();
   os::testing::inject_failure(os::testing::operation::commit, 1);
   EXPECT_EQ(a.allocate(8u << 20), nullptr);      // reserved but not committed: released, null
@@ -879,7 +879,7 @@ TEST_F(general_allocator_test, a_growing_block_takes_the_resident_pages_of_freed
   const std::size_t mib = std::size_t{1} << 20;
   for (bool failing : {false, true}) {
     general_allocator a;
-    // Freed large blocks wait in the cache with their pages resident (the first segment for the
+    // Freed huge blocks wait in the cache with their pages resident (the first segment for the
     // size classes that grow_by_steps passes through takes 4 MiB of one of them).
     void* freed[2];
     for (void*& f : freed) {
@@ -971,7 +971,7 @@ TEST_F(general_allocator_test, shrinking_a_large_block_gives_its_pages_back) {
   ASSERT_NE(p, nullptr);
   const auto before = os::current_resident_bytes();
   void* q = a.reallocate_unsized(p, 4 * mib);
-  EXPECT_EQ(q, p);  // large blocks shrink in place
+  EXPECT_EQ(q, p);  // huge blocks shrink in place
   const auto after = os::current_resident_bytes();
   ASSERT_TRUE(before.ok() && after.ok());
   EXPECT_GE(before.value(), after.value() + 48 * mib);
@@ -1221,7 +1221,7 @@ TEST_F(general_allocator_test, a_destroyed_allocator_returns_everything_and_forg
     std::vector<void*> blocks;
     for (int i = 0; i < 12000; ++i) blocks.push_back(a.allocate(1000));  // three segments
     void* large = a.allocate(std::size_t{3} << 20);
-    a.free(large);  // cached large block
+    a.free(large);  // cached huge block
     for (void* p : blocks) a.free(p);
     stale = {blocks.front(), blocks.back(), large};
   }
@@ -1511,9 +1511,9 @@ TEST(misuse_channel, a_violated_contract_is_reported_with_its_condition_and_plac
 }  // namespace
 
 // Windows moves no pages (os::move_pages fails with ERROR_NOT_SUPPORTED, and the allocator stops
-// trying), so a large block never takes an empty segment's pages there: the race below cannot occur.
+// trying), so a huge block never takes an empty segment's pages there: the race below cannot occur.
 #if !defined(_WIN32)
-// The seam in src/general_allocator/internal.hpp: called just before a large block short of
+// The seam in src/general_allocator/internal.hpp: called just before a huge block short of
 // resident pages takes the lock to take an empty segment's page area.
 namespace memkit::gpa::testing {
 extern void (*before_taking_dirty_segment)() noexcept;
@@ -1526,7 +1526,7 @@ namespace {
 general_allocator* raced_allocator = nullptr;
 void* raced_blocks[2] = {nullptr, nullptr};
 
-// What another thread can do between a large block's look at the count of empty segments and its
+// What another thread can do between a huge block's look at the count of empty segments and its
 // taking one: take the last of them (two blocks of a size class: the first fills the heap's own
 // empty segment, the second takes the one waiting for its purge).
 void take_the_empty_segments() noexcept {
@@ -1582,7 +1582,7 @@ std::uintptr_t segment_of(const void* p) {
 TEST_F(general_allocator_test, an_empty_segment_too_big_for_a_blocks_room_waits_for_a_span_segment) {
   const std::size_t kib = 1024;
   general_allocator a(long_cache());
-  // A cached large block with 32 MiB of address space, 29 MiB of it resident, and an empty segment
+  // A cached huge block with 32 MiB of address space, 29 MiB of it resident, and an empty segment
   // whose 3 MiB wait for the purge, resident.
   auto* big = static_cast<char*>(a.allocate(29696 * kib));
   ASSERT_NE(big, nullptr);
@@ -1663,7 +1663,7 @@ TEST_F(general_allocator_test, a_segment_of_spans_takes_a_cached_blocks_pages_be
   const std::size_t kib = 1024;
   general_allocator a(long_cache());
   // An empty segment whose pages went back to the OS (clean: all its pages would fault in afresh):
-  // a retained limit of nothing sends them back when a large block's free looks at the caches.
+  // a retained limit of nothing sends them back when a huge block's free looks at the caches.
   void* trigger = a.allocate(4096 * kib);
   ASSERT_NE(trigger, nullptr);
   void* kept = nullptr;
@@ -1678,7 +1678,7 @@ TEST_F(general_allocator_test, a_segment_of_spans_takes_a_cached_blocks_pages_be
   void* filler = a.allocate(3584 * kib);
   ASSERT_NE(filler, nullptr);
   EXPECT_EQ(segment_of(filler), segment_of(kept));
-  // A freed large block, resident and cached.
+  // A freed huge block, resident and cached.
   auto* big = static_cast<char*>(a.allocate(7168 * kib));
   ASSERT_NE(big, nullptr);
   std::memset(big, 0xFF, 7168 * kib);
@@ -1714,7 +1714,7 @@ TEST_F(general_allocator_test, a_segment_of_spans_takes_a_cached_blocks_pages_be
   EXPECT_EQ(a.statistics().retained_bytes, 0u);
 }
 
-// An empty segment's page area moves into a large block whole, and only into one that lacks at
+// An empty segment's page area moves into a huge block whole, and only into one that lacks at
 // least that much: every page moved is then one the block writes instead of faulting it in. A
 // block that lacks less leaves the segment resident for a segment of spans to reuse in place.
 TEST_F(general_allocator_test, a_large_block_takes_an_empty_segments_pages_only_when_it_lacks_all_of_them) {
@@ -1828,7 +1828,7 @@ void map_in_the_hole(void* reservation, std::size_t vacated) noexcept {
 // whose last piece fails to move after the first one moved: the pieces go back, and the address
 // space they vacated in the new reservation is no longer the allocator's. Releasing the whole new
 // reservation afterwards unmapped whatever another thread had been given there meanwhile (the
-// overlapping large blocks the release soak found). The block keeps its bytes and grows by a copy.
+// overlapping huge blocks the release soak found). The block keeps its bytes and grows by a copy.
 TEST_F(general_allocator_test, a_failed_move_leaves_the_address_space_its_pieces_vacated_to_others) {
 #if !defined(__linux__) || !defined(MAP_FIXED_NOREPLACE)
   GTEST_SKIP() << "moves need mremap, the check an exact free address";

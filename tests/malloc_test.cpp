@@ -498,7 +498,7 @@ TEST(malloc_dropin, malloc_trim_gives_retained_memory_back) {
 }
 
 TEST(malloc_dropin, mallinfo2_reports_memkit_use) {
-  const std::size_t size = opaque(std::size_t{6} << 20);  // a large block: its own mapping
+  const std::size_t size = opaque(std::size_t{6} << 20);  // a huge block: its own mapping
   const struct mallinfo2 before = mallinfo2();
   void* p = std::malloc(size);
   ASSERT_NE(p, nullptr);

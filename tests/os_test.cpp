@@ -155,7 +155,7 @@ TEST_F(os_test, reserve_aligned_honours_alignment) {
 }
 
 #if !MEMKIT_WINDOWS
-// Large blocks grow in place beyond their reservation into the address space after it: an aligned
+// Huge blocks grow in place beyond their reservation into the address space after it: an aligned
 // reservation keeps the padding it trimmed after the block free, so that room exists right after
 // it is made, even when the previous reservation was made just above it.
 TEST_F(os_test, reserve_aligned_leaves_free_address_space_after_the_block) {

@@ -76,7 +76,7 @@ class general_allocator final : public allocator {
     // allocations is still caught (first in, first out; 0: reuse at once). Blocks above 3.5 MiB
     // skip it.
     std::size_t quarantine_bytes = std::size_t{256} << 10;
-    // Free pages of segments that still hold blocks, freed large blocks and empty segments of
+    // Free pages of segments that still hold blocks, freed huge blocks and empty segments of
     // large-class spans are returned to the OS once they have been empty for ten times this long;
     // other empty segments after once this long, up to ten times as the program takes discarded
     // ones back soon after (it empties and refills them in bursts).
@@ -294,7 +294,7 @@ class general_allocator final : public allocator {
 struct general_allocator_statistics {
   std::size_t live_bytes = 0;        // bytes in blocks handed out and not freed (block sizes)
   std::size_t peak_live_bytes = 0;   // highest bytes in use, counted at page granularity (pages
-                                     // holding blocks plus large blocks): an upper bound
+                                     // holding blocks plus huge blocks): an upper bound
   std::size_t resident_bytes = 0;    // memory held and not returned to the OS (upper bound)
   std::size_t mapped_bytes = 0;      // address space reserved from the OS
   std::size_t retained_bytes = 0;    // empty memory not yet returned to the OS

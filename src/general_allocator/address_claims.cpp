@@ -1,5 +1,5 @@
 // The address-space ownership check of builds with assertions (see internal.hpp, namespace
-// claims): a sorted table of the ranges every segment and large block claims, process-wide,
+// claims): a sorted table of the ranges every segment and huge block claims, process-wide,
 // under one lock. A claim must not overlap another, a change must name a range exactly as claimed,
 // and a claimed range must be mapped after every step that changes it, so a step that gives away
 // or re-claims address space wrongly is named where it happens, not when the memory it lost is
@@ -26,7 +26,7 @@ struct entry {
   const char* step;  // the last step that claimed or changed it
 };
 
-// Segments and large blocks of every instance of a test or a soak stay far below this; when the
+// Segments and huge blocks of every instance of a test or a soak stay far below this; when the
 // table is full the check stops (it never fails a program for its own lack of room).
 constexpr std::size_t capacity = std::size_t{1} << 15;
 

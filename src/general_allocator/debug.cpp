@@ -282,8 +282,8 @@ void general_allocator::impl::report_foreign(const void* p, const char* what) no
   diagnostics::finish_misuse_report(o.abort_on_error);
 }
 
-// A pointer past the first 4 MiB of a large block masks to no segment header: looks it up among
-// the live large blocks (an error path, so a walk is fine). True if it was one, and reported.
+// A pointer past the first 4 MiB of a huge block masks to no segment header: looks it up among
+// the live huge blocks (an error path, so a walk is fine). True if it was one, and reported.
 bool general_allocator::impl::report_interior_of_large(const void* p) noexcept {
   const auto* c = static_cast<const unsigned char*>(p);
   const unsigned char* start = nullptr;
@@ -340,7 +340,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     if (!s->huge_live) {
       capture_now();
       report_writer out = misuse_writer(o);
-      out.begin("double-free", p, s->huge_requested, "double free of " MEMKIT_ADDRESS " (large block of %zu bytes)",
+      out.begin("double-free", p, s->huge_requested, "double free of " MEMKIT_ADDRESS " (huge block of %zu bytes)",
                 diagnostics::address(p), s->huge_requested);
       out.stack("freed again at", now.frames, now.count, captured);
       out.stack("allocated at", s->huge_frames, s->huge_alloc_frames, captured);
@@ -743,7 +743,7 @@ static std::size_t report_live_pages(const general_allocator::impl* im, int fd) 
   for (segment* s = im->huge_live; s != nullptr; s = s->next) {
     ++count;
     bytes += s->huge_size;
-    diagnostics::print(fd, "memkit: live large block of %zu bytes at " MEMKIT_ADDRESS "\n", s->huge_size,
+    diagnostics::print(fd, "memkit: live huge block of %zu bytes at " MEMKIT_ADDRESS "\n", s->huge_size,
                        diagnostics::address(s->pages[0].start));
   }
   mutable_im->lock.unlock();

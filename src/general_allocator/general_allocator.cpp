@@ -1,6 +1,6 @@
 // memkit::general_allocator: construction, the public entry points and their fast paths. The
 // slow paths live beside this file: page.cpp (refill, cross-thread frees), segment.cpp (pages,
-// segments, purging), heap.cpp (thread heaps), large.cpp (own-mapping blocks), debug.cpp (checks
+// segments, purging), heap.cpp (thread heaps), huge.cpp (own-mapping blocks), debug.cpp (checks
 // and reports), statistics.cpp.
 #include "memkit/general_allocator.hpp"
 
@@ -146,7 +146,7 @@ void* general_allocator::allocate_zeroed(std::size_t size, std::size_t alignment
 // The generic path: every allocation that allocate()'s fast path does not finish, whatever the
 // size, alignment or mode. A size class's block comes from allocate_in_class, like the fast
 // path's; debug mode adds its records around the same step (debug_allocate); huge blocks get a
-// mapping of their own (large.cpp).
+// mapping of their own (huge.cpp).
 void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept {
   if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return allocation_failure(EINVAL);
   if (size == 0) size = 1;
@@ -194,7 +194,7 @@ void general_allocator::impl::free_block(segment* s, page* pg, void* p) noexcept
 namespace {
 
 // The rest of free() once the fast path's tests failed: a debug or full page of this thread, or a
-// block of another thread, a large block, a debug block. Out of line so that free()'s local path
+// block of another thread, a huge block, a debug block. Out of line so that free()'s local path
 // needs no stack frame.
 [[gnu::noinline]] void free_other(general_allocator::impl* im, segment* s, page* pg, void* p) noexcept {
   auto* b = static_cast<block*>(p);
@@ -378,7 +378,7 @@ void* general_allocator::do_reallocate(void* p, std::size_t old_size, std::size_
     page* pg = page_of(s, p);
     if (!pg->debug && (s->kind == segment_kind::huge || new_size >= growth_threshold)) {
       if (s->kind != segment_kind::huge && new_size <= pg->block_size) return p;
-      // A large block grows in place or moves its page tables; a class block moves (once) into a
+      // A huge block grows in place or moves its page tables; a class block moves (once) into a
       // range with room to grow.
       return impl_->grow_block(p, used_bytes, new_size, alignment, false);
     }

@@ -6,7 +6,7 @@
 //            segment header and the page descriptors, so any pointer into the segment finds them
 //            by masking. A segment belongs to one thread heap. A huge block (above 3.5 MiB, or
 //            aligned to more than 64 KiB) gets a segment of its own, of the huge kind, reserving at
-//            least 32 MiB of address space so that it can serve larger blocks once freed (large.cpp).
+//            least 32 MiB of address space so that it can serve larger blocks once freed (huge.cpp).
 //   page     a run of the segment (64 KiB small, 512 KiB medium) cut into blocks of one size
 //            class; it keeps its free blocks in an intrusive list. Large classes (64 KiB-3.5 MiB)
 //            take a *span* of whole 64 KiB slices of a large-kind segment, one block per span;
@@ -93,7 +93,7 @@ inline segment_kind kind_of_class(std::size_t c) noexcept {
 
 // ---- small utilities --------------------------------------------------------------------------
 
-// A lock for the rare global paths (segment cache, heap registry, large blocks). No malloc, and
+// A lock for the rare global paths (segment cache, heap registry, huge blocks). No malloc, and
 // resettable in a forked child.
 class spin_lock {
  public:
@@ -283,7 +283,7 @@ struct segment {
                                     // the reservation is reserved only)
   bool huge_live = false;
   // Offsets (ascending, inside the reservation) where the memory may pass from one OS mapping to
-  // the next: resident pages moved in from other freed blocks (large.cpp). Each range between two
+  // the next: resident pages moved in from other freed blocks (huge.cpp). Each range between two
   // splits lies in one mapping, so it can be moved on again.
   std::uint32_t huge_split_count = 0;
   std::size_t huge_splits[max_huge_splits];
@@ -396,7 +396,7 @@ struct general_allocator::impl {
   std::atomic<bool> has_abandoned{false};         // abandoned != nullptr, readable without the lock
   gpa::segment_cache empty_segments;              // segment.cpp
   std::atomic<std::uint64_t> caches_checked_ms{0};  // last time a slow path looked at the caches
-  gpa::segment* huge_cached = nullptr;            // freed large blocks kept for reuse
+  gpa::segment* huge_cached = nullptr;            // freed huge blocks kept for reuse
   std::atomic<std::size_t> huge_cached_count{0};
   std::size_t huge_cached_bytes = 0;              // their resident (touched) bytes
   gpa::segment* huge_live = nullptr;              // live huge blocks (leak reports)
@@ -410,7 +410,7 @@ struct general_allocator::impl {
 
   std::atomic<std::size_t> mapped_bytes{0};
   std::atomic<std::size_t> resident_bytes{0};
-  std::atomic<std::size_t> in_use_bytes{0};       // pages in use + live large blocks
+  std::atomic<std::size_t> in_use_bytes{0};       // pages in use + live huge blocks
   std::atomic<std::size_t> peak_in_use_bytes{0};
   std::atomic<std::size_t> retained_bytes{0};     // empty memory not yet purged (all heaps)
   std::atomic<std::uint64_t> huge_allocations{0};
@@ -440,7 +440,7 @@ struct general_allocator::impl {
   void purge_heap(gpa::heap* h, std::uint64_t now, bool everything) noexcept;
   void purge_caches(std::uint64_t now, bool everything) noexcept;
   void note_in_use(std::ptrdiff_t delta) noexcept;
-  // large.cpp
+  // huge.cpp
   void* huge_allocate(std::size_t size, std::size_t alignment, bool zeroed,
                       std::size_t reserve_hint = 0) noexcept;
   void huge_free(gpa::segment* s) noexcept;
@@ -513,7 +513,7 @@ inline bool segment_map_contains(std::uintptr_t segment_address) noexcept {
 void segment_map_set(const segment* s, bool present) noexcept;
 
 // The segment of a block pointer. p - 1 so that a block starting exactly at a 4 MiB boundary (a
-// large block aligned to 4 MiB) maps to the header placed just before it.
+// huge block aligned to 4 MiB) maps to the header placed just before it.
 inline segment* segment_of(const void* p) noexcept {
   return reinterpret_cast<segment*>((reinterpret_cast<std::uintptr_t>(p) - 1) & ~segment_mask);
 }
@@ -689,7 +689,7 @@ inline bool push_local_free(page* pg, void* p) noexcept {
   return pg->used.decrement_is_zero();
 }
 
-// Address-space ownership of segments and large blocks (address_claims.cpp), checked in builds
+// Address-space ownership of segments and huge blocks (address_claims.cpp), checked in builds
 // with assertions and compiled out of the others: every range a segment or block owns is claimed
 // when reserved, changed when split, shrunk, grown or moved, and dropped when released. A new
 // claim that overlaps another, a change that names a range not claimed exactly, or a claimed range
@@ -713,12 +713,12 @@ inline void drop(const void* at, std::size_t bytes, const char* step) noexcept {
 
 namespace testing {
 
-// Test seam (large.cpp): when set, called just before a block short of resident pages takes the
+// Test seam (huge.cpp): when set, called just before a block short of resident pages takes the
 // lock to take the page area of an empty segment, so a test can empty that list in between, as
 // another thread can. Null in programs; tests declare it themselves (this header is not public).
 extern void (*before_taking_dirty_segment)() noexcept;
 
-// Test seams (large.cpp, huge_move): called just before a moving block's last piece moves (a test
+// Test seams (huge.cpp, huge_move): called just before a moving block's last piece moves (a test
 // can make that move fail), and after a failed move put the pieces that had moved back, with the
 // new reservation and the bytes at its start those pieces left unmapped (address space another
 // thread can be handed from then on).

@@ -247,11 +247,11 @@ class leak_scanner {
  private:
   // Calls visit(start, size, mark, page, index, large) for each live block. Sizes come from
   // sizes_, so no record is read here: a visitor that needs the allocation stack reads the page's
-  // record at `index` (or the large block's segment, `page` then null).
+  // record at `index` (or the huge block's segment, `page` then null).
   template <class Visit>
   void for_each_live_block(Visit visit) noexcept;
   // The live block `v` points into: its start, its mark, and where its size is (a record, or
-  // the large block's segment). False when `v` reaches no live block of this allocator.
+  // the huge block's segment). False when `v` reaches no live block of this allocator.
   bool find(std::uintptr_t v, const unsigned char*& start, std::uint8_t*& mark, const debug_record*& record,
             const segment*& large) const noexcept;
   struct segment_slot {
@@ -388,7 +388,7 @@ class leak_scanner {
     }
     return runs_[run].start + (m - runs_[run].mark_base) * runs_[run].block_size;
   }
-  std::size_t page_blocks_ = 0;  // marks of page blocks; the large blocks' follow
+  std::size_t page_blocks_ = 0;  // marks of page blocks; the huge blocks' follow
   scratch huge_memory_;
   huge_block* huge_ = nullptr;
   std::size_t huge_count_ = 0;
@@ -431,20 +431,20 @@ class leak_scanner {
     return true;
   }
   // visit()'s tables. A page entry per page slot of each segment with live debug blocks (a large
-  // span's slices share the span's entry), and one per large block.
+  // span's slices share the span's entry), and one per huge block.
   struct page_entry {
     std::uintptr_t start;      // the first block
     std::uintptr_t limit;      // bytes from `start` that blocks cover; 0: no live debug page here
-    std::uint64_t reciprocal;  // block index = offset * reciprocal >> 64; 0 for a large block
+    std::uint64_t reciprocal;  // block index = offset * reciprocal >> 64; 0 for a huge block
     std::uint32_t mark_base;   // index of the first block's mark
-    std::uint32_t block_size;  // 0 for a large block
+    std::uint32_t block_size;  // 0 for a huge block
     // The fewest bytes any live block of the page asked for: a word less far into its block than
     // this points into the requested bytes without a look at the block's size (sizes_, a cache
     // miss in a large heap).
     std::uint32_t least_requested;
   };
   // One word per 4 MiB chunk of [lo_, hi_): 0, or (index of the chunk's first entry + 1) << 8 |
-  // the shift from an offset in the chunk to its page slot (22 for a large block: one entry).
+  // the shift from an offset in the chunk to its page slot (22 for a huge block: one entry).
   scratch chunks_memory_;
   std::uint64_t* chunks_ = nullptr;
   std::uintptr_t first_chunk_ = 0;
@@ -457,9 +457,9 @@ class leak_scanner {
   }
   scratch entries_memory_;
   page_entry* entries_ = nullptr;
-  const void** owners_ = nullptr;  // per entry: its page, or a large block's segment
+  const void** owners_ = nullptr;  // per entry: its page, or a huge block's segment
   // The summary in front of the bitmap: a bit per entry, set once every live block of its page
-  // (or large block) is reached, so that in phase 1 a word into such a page costs the chunk word
+  // (or huge block) is reached, so that in phase 1 a word into such a page costs the chunk word
   // and this bit (2 KiB per GiB of small-block pages) instead of an entry and a bitmap word (0.6
   // and 1.6 MiB per GiB, past the L2 cache). Per entry, the live blocks of its page not yet
   // reached (counted at the page's first entry; a span's other slices name it in head_).
@@ -773,7 +773,7 @@ void leak_scanner::visit(const std::uintptr_t* words, std::size_t n) noexcept {
     const auto index = static_cast<std::size_t>((static_cast<uint128>(offset) * e.reciprocal) >> 64);
     const std::size_t m = e.mark_base + index;
     if (MEMKIT_LIKELY(is_set(m))) continue;  // reached before, or not live
-    // Past the block's requested bytes: no pointer to it (a large block's entry ends there).
+    // Past the block's requested bytes: no pointer to it (a huge block's entry ends there).
     if (e.block_size != 0) {
       const std::size_t into = offset - index * e.block_size;
       if (into >= e.least_requested && into >= sizes_[m]) continue;
@@ -1132,7 +1132,7 @@ void leak_scanner::pending_pass() noexcept {
   const auto request_ahead = [&] {
     for (; requested < lookahead; ++requested) {
       cursor = next_pending(cursor + 1);
-      if (cursor >= page_blocks_) {  // the end, or the large blocks
+      if (cursor >= page_blocks_) {  // the end, or the huge blocks
         cursor = SIZE_MAX - 1;
         requested = lookahead;
         return;
@@ -1159,7 +1159,7 @@ void leak_scanner::pending_pass() noexcept {
     std::uint64_t bits = word & (~std::uint64_t{0} << (m & 63));
     while (bits != 0) {
       m = word_base | static_cast<std::size_t>(std::countr_zero(bits));
-      if (m >= page_blocks_) break;  // a large block: the loop above
+      if (m >= page_blocks_) break;  // a huge block: the loop above
       word &= ~(std::uint64_t{1} << (m & 63));
       finger_ = m + 1;
       marks_[m] = new_mark_;
@@ -1176,7 +1176,7 @@ void leak_scanner::pending_pass() noexcept {
       if (depth_ != 0) drain();
       bits = word & (~std::uint64_t{0} << (m & 63));
     }
-    if (bits != 0) continue;  // the large block
+    if (bits != 0) continue;  // the huge block
     if (word == 0) clear_pending(word_base);  // the levels above: the bit is clear already here
     m = word_base + 64;  // (the loop's next_pending(m) looks on from the next word)
   }

@@ -75,7 +75,7 @@ void general_allocator::impl::note_in_use(std::ptrdiff_t delta) noexcept {
   }
 }
 
-// At a limit: releases what the shared caches hold (cached large blocks, empty segments) and says
+// At a limit: releases what the shared caches hold (cached huge blocks, empty segments) and says
 // whether that unmapped anything, i.e. whether a refused mapping is worth trying once more.
 bool general_allocator::impl::give_back_caches() noexcept {
   const std::size_t mapped_before = mapped_bytes.load(std::memory_order_relaxed);
@@ -127,8 +127,8 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
     retained_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
     resident_bytes.fetch_sub(s->dirty_bytes, std::memory_order_relaxed);
   }
-  std::size_t adopted = 0;  // bytes a freed large block left resident in the segment
-  // A segment of spans takes the resident pages a cached large block left before a clean segment,
+  std::size_t adopted = 0;  // bytes a freed huge block left resident in the segment
+  // A segment of spans takes the resident pages a cached huge block left before a clean segment,
   // whose pages would all fault in afresh.
   if (s == nullptr && kind == segment_kind::large) {
     s = segment_from_cached_huge(adopted);
@@ -140,7 +140,7 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
   if (s == nullptr) {
     s = reserve_segment();
     if (s == nullptr) {
-      // Freed memory kept for reuse holds address space and commit charge: cached large blocks
+      // Freed memory kept for reuse holds address space and commit charge: cached huge blocks
       // (which segments of small and medium pages never take) and empty segments. Under a limit
       // (RLIMIT_AS, a commit limit), give them back and, if that unmapped anything, try once
       // more before refusing, as huge_allocate does. Only the shared caches: the heap's own free
@@ -171,7 +171,7 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
     if (pg.start < pg.area_end) s->free_mask |= std::uint64_t{1} << i;
   }
   if (adopted != 0) {
-    // Its resident slices are free and idle, as release_span leaves them (large.cpp).
+    // Its resident slices are free and idle, as release_span leaves them.
     const auto n = static_cast<unsigned>((adopted + slice_size - 1) >> slice_shift);
     s->resident_mask = n > 1 ? run_bits(1, n - 1) : 0;
     s->pages[0].touched_bytes = slice_bytes(s->resident_mask);
@@ -359,7 +359,7 @@ page* general_allocator::impl::acquire_page(heap* h, std::size_t cls, bool debug
 
 void general_allocator::impl::purge_heap(heap* h, std::uint64_t now, bool everything) noexcept {
   // A free page in a segment that still holds blocks is likely reused soon, and discarding costs a
-  // TLB shootdown on every core: wait ten purge delays (as freed large blocks do).
+  // TLB shootdown on every core: wait ten purge delays (as freed huge blocks do).
   const std::uint64_t delay = std::uint64_t{10} * self->options_.purge_delay_ms;
   const std::size_t limit = self->options_.retained_limit;
   for (unsigned k = 0; k < page_kind_count; ++k) {
@@ -403,7 +403,7 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
     // Heaps of exited threads have no owner to purge their free pages: whoever looks at the caches
     // does it for them, under the lock that keeps a starting thread from adopting one meanwhile.
     for (heap* h = abandoned; h != nullptr; h = h->next_abandoned) purge_heap(h, now, everything);
-    // Freed large blocks wait ten delays, like free pages: refaulting megabytes costs more than a
+    // Freed huge blocks wait ten delays, like free pages: refaulting megabytes costs more than a
     // segment's worth of pages, and the cache is bounded by retained_limit.
     segment** link = &huge_cached;
     while (segment* s = *link) {
@@ -433,8 +433,8 @@ void general_allocator::impl::purge_caches(std::uint64_t now, bool everything) n
     } else {
       // Oldest first, only those due. They leave the cache while they are discarded (outside the
       // lock), so no thread can take one back meanwhile. Empty segments of spans wait ten delays,
-      // as free pages and freed large blocks do: their pages serve large blocks
-      // (recycle_dirty_segment in large.cpp), which would otherwise fault the same megabytes in
+      // as free pages and freed huge blocks do: their pages serve huge blocks
+      // (recycle_dirty_segment in huge.cpp), which would otherwise fault the same megabytes in
       // again. Those of small and medium pages wait wait_delays, one delay until the program
       // shows that it takes discarded segments back (a heap whose blocks another thread frees in
       // bursts, a producer and its consumer, empties several segments at once and refills them a

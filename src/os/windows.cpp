@@ -10,7 +10,7 @@
 // - The system frees address space by WHOLE reservations only: VirtualFree(MEM_RELEASE) must be
 //   given the reservation's base and a size of 0. release() of a part of a reservation, which
 //   munmap allows and the general allocator does (the ends of an over-aligned reservation, a
-//   cached large block split into a segment and the rest), decommits the part at once (its pages
+//   cached huge block split into a segment and the rest), decommits the part at once (its pages
 //   and commit charge go back) and counts it; the reservation's address space goes back with the
 //   last of its bytes released.
 // - commit() charges the commit limit at once (Windows never overcommits), so a later write

@@ -539,7 +539,7 @@ void churn() {
   block small[live_small] = {};
   int refusals = 0;
   for (int i = 0; i < iterations; ++i) {
-    // A large block: at most 28 MiB, a reservation of at most 32 MiB, so with a segment or two of
+    // A huge block: at most 28 MiB, a reservation of at most 32 MiB, so with a segment or two of
     // small blocks and the slack of an aligned reservation it fits the budget with room to spare:
     // none may be refused, however long the churn (what was freed must not hold the space).
     const std::size_t size = 4 * MiB + static_cast<std::size_t>(i) * 7919 * 7919 % (24 * MiB);

@@ -1,4 +1,4 @@
-// Large allocations (above 3.5 MiB, or aligned beyond 64 KiB), and blocks that reallocate() grows
+// Huge blocks (above 3.5 MiB, or aligned beyond 64 KiB), and blocks that reallocate() grows
 // beyond general_allocator::growth_threshold: each gets a segment of its own, reserved at a 4 MiB-
 // aligned address with the header first, so free() finds it by the same mask as small blocks.
 // Only the block's bytes are committed (huge_committed); the rest of the reservation is address
@@ -49,7 +49,7 @@ namespace {
 
 constexpr std::size_t max_cached_huge = 16;
 
-// A large block reserves at least this much address space (from its header on; only its bytes are
+// A huge block reserves at least this much address space (from its header on; only its bytes are
 // committed), mimalloc's segment size: a cached block then serves any later block up to about
 // this size in place, also after span segments were cut from its front
 // (segment_from_cached_huge), instead of a fresh reservation that fills up by moving pages in.
@@ -72,7 +72,7 @@ constexpr std::size_t min_recycled = std::size_t{2} << 20;
 // block, whole.
 constexpr std::size_t segment_area = segment_size - segment_header_bytes;
 
-// A cached large block becomes a segment for spans only when at least this much of it is resident:
+// A cached huge block becomes a segment for spans only when at least this much of it is resident:
 // below that, a fresh segment costs as much.
 constexpr std::size_t min_adopted = std::size_t{1} << 20;
 
@@ -143,18 +143,18 @@ bool better_reuse(std::size_t resident, std::size_t other, std::size_t total) no
   return other < total && resident > other;
 }
 
-// What holds for a large block between steps (checked in debug and test builds): its resident
+// What holds for a huge block between steps (checked in debug and test builds): its resident
 // prefix lies in its read-write part, which lies in its reservation, and the mapping boundaries
 // recorded in its split list are increasing and inside the read-write part. A resident prefix or
 // commit that claims pages that were never made read-write hands out pages that fault on a write.
 void check_block(const segment* s) noexcept {
-  MEMKIT_ASSERT(s->pages[0].touched_bytes <= s->huge_committed, "a large block's resident pages are committed");
-  MEMKIT_ASSERT(s->huge_committed <= s->reserved_bytes, "a large block's commit lies in its reservation");
-  MEMKIT_ASSERT(s->huge_split_count <= max_huge_splits, "a large block's split list fits");
+  MEMKIT_ASSERT(s->pages[0].touched_bytes <= s->huge_committed, "a huge block's resident pages are committed");
+  MEMKIT_ASSERT(s->huge_committed <= s->reserved_bytes, "a huge block's commit lies in its reservation");
+  MEMKIT_ASSERT(s->huge_split_count <= max_huge_splits, "a huge block's split list fits");
   for (std::uint32_t i = 0; i < s->huge_split_count; ++i) {
     MEMKIT_ASSERT(s->huge_splits[i] != 0 && s->huge_splits[i] <= s->huge_committed &&
                       (i == 0 || s->huge_splits[i - 1] < s->huge_splits[i]),
-                  "a large block's splits increase inside its committed part");
+                  "a huge block's splits increase inside its committed part");
   }
 }
 
@@ -210,7 +210,7 @@ segment* cache_take(general_allocator::impl& im, segment** link) noexcept {
 // empty: dirty_count, which the caller read without the lock, is only a hint, and another thread
 // may have taken the last segment since (nothing moved then, so [at, at + bytes) must not count as
 // resident, nor, beyond the block's commit, as read-write). Returns `failed` if the move failed (a
-// segment made of a large block with pages moved in spans several mappings, which Linux moves at
+// segment made of a huge block with pages moved in spans several mappings, which Linux moves at
 // once only from 6.17 on): the destination may then be unmapped, and the segment is unmapped too,
 // so that it cannot fail again.
 enum class recycled { moved, none, failed };
@@ -718,8 +718,8 @@ bool general_allocator::impl::recycle_into(segment* s, std::size_t total) noexce
 }
 
 // A segment for spans made of the first 4 MiB of the cached block with the most resident pages,
-// so that memory a freed large block left resident serves blocks of 64 KiB-3.5 MiB instead of
-// waiting for a large block or its purge while spans fault in fresh pages (mimalloc gets this from
+// so that memory a freed huge block left resident serves blocks of 64 KiB-3.5 MiB instead of
+// waiting for a huge block or its purge while spans fault in fresh pages (mimalloc gets this from
 // putting both in one segment). The rest of the block stays cached as a block of its own when it
 // holds resident pages (its header is written at the next 4 MiB boundary) and is unmapped
 // otherwise. `resident` is set to the bytes from the header on that are resident; the segment
@@ -838,7 +838,7 @@ void* general_allocator::impl::huge_move(segment* s, std::size_t new_size, bool 
     for (std::uint32_t k = 0; k < moved; ++k) {
       const std::size_t begin = k == 0 ? 0 : splits.at[k - 1];
       if (!os::move_pages(to + begin, splits.at[k] - begin, from + begin)) {
-        static const char message[] = "memkit: a large block could not be moved back after a failed move\n";
+        static const char message[] = "memkit: a huge block could not be moved back after a failed move\n";
         diagnostics::put(os::error_stream, message, sizeof message - 1);
         std::abort();
       }
