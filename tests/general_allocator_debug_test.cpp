@@ -1009,6 +1009,17 @@ TEST(general_allocator_debug, an_error_repeated_from_one_place_is_written_once) 
   EXPECT_EQ(reports, 3u) << text;
 }
 
+// What the report-and-go-on runs of the two size tests below show: the 48-byte block and the
+// 5 MiB block released with a wrong size reported, nothing else, and every block freed.
+void expect_the_two_size_reports_only(const std::string& text, const general_allocator::leak_summary& summary) {
+  EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
+  EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
+  std::size_t reports = 0;
+  for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
+  EXPECT_EQ(reports, 2u) << text;
+  EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
+}
+
 // A sized operator delete passes the size of the type it deletes: another size than the block was
 // allocated with is a delete through a base class without a virtual destructor (ASan's
 // new-delete-type-mismatch). Reported with both sizes; told to go on, the block is freed. The
@@ -1039,12 +1050,7 @@ TEST(general_allocator_debug, a_sized_delete_of_another_size_is_reported) {
       b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, 1);
       (void)b.report_leaks(b.current_options().report_fd, summary);
     });
-    EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
-    EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
-    std::size_t reports = 0;
-    for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
-    EXPECT_EQ(reports, 2u) << text;
-    EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
+    expect_the_two_size_reports_only(text, summary);
   });
   a.free(large, family::array_new, std::size_t{5} << 20);
 }
@@ -1089,12 +1095,7 @@ TEST(general_allocator_debug, a_deallocate_of_another_size_is_reported) {
       b.deallocate(b.allocate(std::size_t{5} << 20), 1);
       (void)b.report_leaks(b.current_options().report_fd, summary);
     });
-    EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
-    EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
-    std::size_t reports = 0;
-    for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
-    EXPECT_EQ(reports, 2u) << text;
-    EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
+    expect_the_two_size_reports_only(text, summary);
   });
 }
 
