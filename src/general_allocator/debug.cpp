@@ -284,7 +284,7 @@ void general_allocator::impl::report_foreign(const void* p, const char* what) no
 
 // A pointer past the first 4 MiB of a huge block masks to no segment header: looks it up among
 // the live huge blocks (an error path, so a walk is fine). True if it was one, and reported.
-bool general_allocator::impl::report_interior_of_large(const void* p) noexcept {
+bool general_allocator::impl::report_interior_of_huge(const void* p) noexcept {
   const auto* c = static_cast<const unsigned char*>(p);
   const unsigned char* start = nullptr;
   std::size_t requested = 0;
@@ -324,7 +324,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   const options& o = self->options_;
   const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(p) - 1) & ~segment_mask;
   if (!segment_map_contains(base) || reinterpret_cast<segment*>(base)->instance != this) {
-    if (!report_interior_of_large(p)) report_foreign(p, "free of a pointer this allocator did not allocate");
+    if (!report_interior_of_huge(p)) report_foreign(p, "free of a pointer this allocator did not allocate");
     return;
   }
   auto* s = reinterpret_cast<segment*>(base);

@@ -468,7 +468,7 @@ struct general_allocator::impl {
   void flush_quarantine() noexcept;
   void check_quarantine() noexcept;
   bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
-  bool report_interior_of_large(const void* p) noexcept;
+  bool report_interior_of_huge(const void* p) noexcept;
   // leaks.cpp: the reachability scan and the grouped leak report. `registers`, the caller's
   // callee-saved registers at `saved` and the stack above `stack_low` belong to the calling
   // thread, captured by the public entry point.

@@ -1070,7 +1070,7 @@ void leak_scanner::sweep() noexcept {
         if (slot == nullptr) break;
         const std::size_t base = slot->base[i];
         const auto* start = reinterpret_cast<const unsigned char*>(pg->start);
-        const bool large_blocks = pg->block_size >= 1024;
+        const bool prefetch_next_page = pg->block_size >= 1024;
         for (std::size_t b = 0; b < pg->capacity; ++b) {
           // Whole words of the bitmap with no reached block are passed at once.
           if ((b & 63) == 0 && ((base + b) & 63) == 0 && b + 64 <= pg->capacity && reached_[(base + b) >> 6] == 0) {
@@ -1079,7 +1079,7 @@ void leak_scanner::sweep() noexcept {
           }
           // The hardware's prefetcher stops at each 4 KiB page: the next page's first line is asked
           // for while this block is scanned (for blocks of 1 KiB or more: one request per block).
-          if (large_blocks) MEMKIT_PREFETCH(start + b * pg->block_size + 4096);
+          if (prefetch_next_page) MEMKIT_PREFETCH(start + b * pg->block_size + 4096);
           scan_if_reached(base + b, start + b * pg->block_size, sizes_[base + b]);
         }
       }
