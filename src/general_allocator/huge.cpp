@@ -204,17 +204,17 @@ segment* cache_take(general_allocator::impl& im, segment** link) noexcept {
 }
 
 // Empty segments waiting for their purge (release_segment's dirty list) hold resident pages too:
-// the page area of the oldest one, the next to be discarded, moves into [at, at + bytes) and the
-// rest of the segment is unmapped (it would have been discarded; a segment is cheap to map again).
-// Its resident bytes now count for the target, `bytes` of them. Returns `none` when the list is
-// empty: dirty_count, which the caller read without the lock, is only a hint, and another thread
-// may have taken the last segment since (nothing moved then, so [at, at + bytes) must not count as
+// the page area of the oldest one, the next to be discarded, moves whole into [at, at +
+// segment_area) and its header is unmapped (a segment is cheap to map again). Its resident bytes
+// now count for the target, segment_area of them. Returns `none` when the list is empty:
+// dirty_count, which the caller read without the lock, is only a hint, and another thread may have
+// taken the last segment since (nothing moved then, so [at, at + segment_area) must not count as
 // resident, nor, beyond the block's commit, as read-write). Returns `failed` if the move failed (a
 // segment made of a huge block with pages moved in spans several mappings, which Linux moves at
 // once only from 6.17 on): the destination may then be unmapped, and the segment is unmapped too,
 // so that it cannot fail again.
 enum class recycled { moved, none, failed };
-recycled recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_t bytes) noexcept {
+recycled recycle_dirty_segment(general_allocator::impl& im, char* at) noexcept {
   if (testing::before_taking_dirty_segment != nullptr) testing::before_taking_dirty_segment();
   segment* d;
   {
@@ -227,7 +227,7 @@ recycled recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_
   }
   char* area = reinterpret_cast<char*>(d) + segment_header_bytes;
   claims::drop(d, segment_size, "recycle_dirty_segment");
-  const os::status moved = os::move_pages(area, bytes, at);
+  const os::status moved = os::move_pages(area, segment_area, at);
   if (!moved && os::is_unsupported(moved.error())) recycling_supported.store(false, std::memory_order_relaxed);
   const std::size_t dirty = d->dirty_bytes;
   im.empty_segments.dirty_count.fetch_sub(1, std::memory_order_relaxed);
@@ -239,12 +239,9 @@ recycled recycle_dirty_segment(general_allocator::impl& im, char* at, std::size_
     (void)os::release(d, segment_size);
     return recycled::failed;
   }
-  claims::check_mapped(at, bytes, "recycle_dirty_segment (its pages moved in)");
-  im.resident_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  claims::check_mapped(at, segment_area, "recycle_dirty_segment (its pages moved in)");
+  im.resident_bytes.fetch_add(segment_area, std::memory_order_relaxed);
   (void)os::release(d, segment_header_bytes);
-  if (bytes < segment_area) {
-    (void)os::release(area + bytes, segment_area - bytes);
-  }
   return recycled::moved;
 }
 
@@ -270,7 +267,7 @@ bool recycle_pages(general_allocator::impl& im, char* base, std::size_t reserved
   // give part of its pages and keep the rest.
   while (touched + segment_area <= total && reserved - touched >= segment_area && splits.count + 2 <= max_huge_splits &&
          im.empty_segments.dirty_count.load(std::memory_order_relaxed) != 0) {
-    const recycled r = recycle_dirty_segment(im, base + touched, segment_area);
+    const recycled r = recycle_dirty_segment(im, base + touched);
     if (r == recycled::none) break;
     if (r == recycled::failed) {
       ok = false;
