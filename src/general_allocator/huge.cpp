@@ -68,7 +68,7 @@ constexpr std::size_t min_block_reservation = std::size_t{32} << 20;
 // about mimalloc's (docs/general_allocator.md).
 constexpr std::size_t min_recycled = std::size_t{2} << 20;
 
-// The page area of a segment (all of it but the header): what an empty segment gives a large
+// The page area of a segment (all of it but the header): what an empty segment gives a huge
 // block, whole.
 constexpr std::size_t segment_area = segment_size - segment_header_bytes;
 
