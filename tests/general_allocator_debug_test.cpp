@@ -210,6 +210,31 @@ TEST(general_allocator_debug, overwritten_canary_is_reported_on_free) {
   a.free(p);
 }
 
+// The canary takes the rest of the slot: a write further past the end, or one byte before the next
+// block (an underflow of that block), lands on it too, and the report names the next block.
+TEST(general_allocator_debug, the_canary_covers_the_whole_slot_up_to_the_next_block) {
+  general_allocator a(debug_options());
+  auto* p = static_cast<char*>(a.allocate(24));  // 24 + 16 of canary: a 48-byte slot
+  auto* next = static_cast<char*>(a.allocate(24));
+  ASSERT_EQ(next, p + 48) << "the test needs the two blocks side by side";
+  p[44] = 'x';  // 20 past the end, beyond the 16 bytes canary_bytes asks for
+  EXPECT_DEATH(a.free(p), output_matching("memkit: heap buffer overflow: the canary after the 24-byte block at 0x[0-9a-f]+ "
+                                          "was overwritten \\(byte 20 past the end is 0x78, 4 bytes before the next "
+                                          "block at 0x[0-9a-f]+\\)\n  freed at:"));
+  p[44] = static_cast<char>(general_allocator::canary_byte);
+  next[-1] = 'y';  // before the next block's start
+  EXPECT_DEATH(a.free(p), output_matching("\\(byte 23 past the end is 0x79, 1 byte before the next block at 0x[0-9a-f]+\\)"));
+  next[-1] = static_cast<char>(general_allocator::canary_byte);
+  // Shrunk in place, the bytes given up become canary up to the slot's end.
+  memkit::allocator& base = a;
+  ASSERT_TRUE(base.resize(p, 24, 8));
+  p[30] = 'z';
+  EXPECT_DEATH(a.free(p), output_matching("\\(byte 22 past the end is 0x7a\\)\n"));  // 18 before the next: not named
+  p[30] = static_cast<char>(general_allocator::canary_byte);
+  a.free(p);
+  a.free(next);
+}
+
 TEST(general_allocator_debug, write_after_free_is_reported_when_the_block_is_reused) {
   general_allocator::options o = debug_options();
   o.quarantine_bytes = 0;  // reused at once
@@ -564,6 +589,20 @@ constexpr bool under_address_sanitizer = false;
 #else
 constexpr bool under_address_sanitizer = false;
 #endif
+// ThreadSanitizer runs a thread of its own (also in a forked child), which the report cannot stop
+// (os::process::stopped_threads fails under it): the checks that need every thread stopped, or
+// none running, are not made.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool under_thread_sanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool under_thread_sanitizer = true;
+#else
+constexpr bool under_thread_sanitizer = false;
+#endif
+#else
+constexpr bool under_thread_sanitizer = false;
+#endif
 
 // A heap over many pages and segments, reached only through interior pointers: a root deep inside
 // a huge block (past its first 4 MiB), which points into the middle of every small block.
@@ -841,6 +880,105 @@ TEST(general_allocator_debug, leak_report_reads_past_root_pages_that_would_fault
 
 TEST(general_allocator_debug, leak_report_reads_past_root_pages_that_would_fault_copied) {
   in_fresh_process([] { report_with_roots_beside_faults(other_thread::running); });
+}
+
+// An overflow of a block the program never frees is found by the leak check (at exit, or on
+// demand), small or huge; told to go on, it is reported once, not again when the block is freed.
+[[gnu::noinline]] char* overflow_and_keep(general_allocator& a, std::size_t size) {
+  auto* p = static_cast<char*>(a.allocate(size));
+  std::memset(p, 1, size + 1);
+  return p;
+}
+
+TEST(general_allocator_debug, the_leak_check_finds_an_overflow_of_a_live_block) {
+  if (under_thread_sanitizer) GTEST_SKIP() << "live canaries are checked with no other thread running";
+  in_fresh_process([] {
+  general_allocator::options o = debug_options();
+  o.abort_on_error = false;
+  const std::string text = capture_report(o, [&](general_allocator& a) {
+    char* small = overflow_and_keep(a, 24);
+    char* huge = overflow_and_keep(a, 5u << 20);
+    char* intact = static_cast<char*>(a.allocate(24));
+    (void)a.report_leaks(a.current_options().report_fd);
+    (void)a.report_leaks(a.current_options().report_fd);
+    a.free(small);
+    a.free(huge);
+    a.free(intact);
+  });
+  const std::regex live("memkit: heap buffer overflow: the canary after the 24-byte block at 0x[0-9a-f]+ was overwritten "
+                        "\\(byte 0 past the end is 0x01\\), found by the leak check while the block is live\n"
+                        "  block allocated at:\n    #0 0x");
+  EXPECT_TRUE(std::regex_search(text, live)) << text;
+  EXPECT_NE(text.find("the canary after the 5242880-byte block at 0x"), std::string::npos) << text;
+  std::size_t reports = 0;
+  for (std::size_t at = text.find("heap buffer overflow"); at != std::string::npos; at = text.find("heap buffer overflow", at + 1)) {
+    ++reports;
+  }
+  EXPECT_EQ(reports, 2u) << text;
+  // A canary shorter than the scan's two words is checked byte by byte.
+  o.canary_bytes = 4;
+  const std::string short_canary = capture_report(o, [&](general_allocator& a) {
+    char* small = overflow_and_keep(a, 20);
+    (void)a.report_leaks(a.current_options().report_fd);
+    a.free(small);
+  });
+  EXPECT_NE(short_canary.find("the canary after the 20-byte block at 0x"), std::string::npos) << short_canary;
+  });
+}
+
+// (The report runs in the death test's child only, which it ends.)
+TEST(general_allocator_debug, the_leak_check_of_live_canaries_aborts_as_any_misuse_report) {
+  if (under_thread_sanitizer) GTEST_SKIP() << "live canaries are checked with no other thread running";
+  general_allocator a(debug_options());
+  char* p = overflow_and_keep(a, 40);
+  EXPECT_DEATH((void)a.report_leaks(a.current_options().report_fd),
+               output_matching("memkit: heap buffer overflow: the canary after the 40-byte block at 0x[0-9a-f]+ was "
+                               "overwritten \\(byte 0 past the end is 0x01\\), found by the leak check"));
+  p[40] = static_cast<char>(general_allocator::canary_byte);
+  a.free(p);
+}
+
+// What an exited thread held only in a thread_local or a local is lost, though the stack and TLS it
+// left stay mapped for the next thread (glibc caches them, and the first of these words would
+// survive there); what a live thread holds in a thread_local is reachable.
+thread_local void* kept_by_this_thread = nullptr;
+
+[[maybe_unused, gnu::noinline]] void keep_in_this_thread(general_allocator& a) {
+  kept_by_this_thread = a.allocate(40);
+  void* volatile local = a.allocate(40);
+  std::memset(local, 1, 40);
+}
+
+TEST(general_allocator_debug, what_only_an_exited_thread_held_is_lost) {
+#if !defined(__x86_64__) || !defined(__linux__)
+  GTEST_SKIP() << "exited threads are told by their thread pointer, read on x86-64 Linux only";
+#else
+  if (under_thread_sanitizer) GTEST_SKIP() << "an exited thread's stack is told from a live one's with every thread stopped";
+  in_fresh_process([] {
+  general_allocator::leak_summary summary;
+  const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
+    std::atomic<bool> kept{false};
+    std::atomic<bool> stop{false};
+    std::thread alive([&] {
+      kept_by_this_thread = a.allocate(24);
+      kept = true;
+      while (!stop) std::this_thread::yield();
+      a.free(kept_by_this_thread);
+    });
+    while (!kept) std::this_thread::yield();
+    std::thread exited[3];
+    for (auto& t : exited) t = std::thread([&] { keep_in_this_thread(a); });
+    for (auto& t : exited) t.join();
+    scrub_dead_frames();
+    (void)a.report_leaks(a.current_options().report_fd, summary);
+    stop = true;
+    alive.join();
+  });
+  EXPECT_EQ(summary.definitely_lost_blocks, 6u) << text;
+  EXPECT_EQ(summary.definitely_lost_bytes, 6u * 40u) << text;
+  EXPECT_EQ(summary.reachable_blocks, 1u) << text;
+  });
+#endif
 }
 
 TEST(general_allocator_debug, a_correct_program_gets_no_leak_report_at_all) {

@@ -284,10 +284,13 @@ const seeded_bug corpus[] = {
     {"lost_pointer", "1 block, 40 bytes, definitely lost", "lose_a_pointer", false},
     {"lost_cycle", "1 block, 16 bytes, definitely lost", "make_a_cycle", false},
     {"leak_in_loop", "100 blocks, 1600 bytes, definitely lost", "leak_in_a_loop", false},
+    {"leak_in_thread", "4 blocks, 192 bytes, definitely lost", "work_in_a_thread", false},
     {"double_free", "double free of 0x", "free_twice", true},
     {"interior_free", "free of an interior pointer", "free_from_the_middle", true},
     {"foreign_free", "free of a pointer this allocator did not allocate", "free_a_stack_address", true},
     {"canary_overflow", "heap buffer overflow", "write_past_the_end", true},
+    {"overflow_never_freed", "heap buffer overflow: the canary after the 24-byte block at 0x", "fill_one_too_many", true},
+    {"write_before_the_start", "1 byte before the next block at 0x", "write_before_the_start", true},
     {"write_after_free", "use after free", "write_after_free", true},
     {"realloc_freed", "realloc of a freed pointer", "realloc_after_free", true},
     {"usable_size_freed", "malloc_usable_size of a freed pointer", "ask_size_after_free", true},
@@ -322,6 +325,9 @@ TEST(malloc_preload_debug, each_seeded_bug_of_the_corpus_is_reported_with_its_he
   std::size_t reports = 0;
   for (std::size_t at = 0; (at = loop.output.find("memkit: ", at)) != std::string::npos; ++at) ++reports;
   EXPECT_EQ(reports, 2u) << "the group and the summary\n" << loop.output;
+  // The workers' locals too, though their dead frames stay mapped.
+  auto threads = run({MEMKIT_RUN, "--lib", library, "--debug", "--", std::string(MEMKIT_CORPUS_DIR) + "/leak_in_thread_bug"}, {});
+  EXPECT_TRUE(contains(threads.output, "memkit: leak summary: definitely lost: 320 bytes in 8 blocks;")) << threads.output;
 }
 
 TEST(malloc_preload_debug, the_clean_twin_of_each_seeded_bug_reports_nothing) {

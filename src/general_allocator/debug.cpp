@@ -4,6 +4,7 @@
 //
 // Report format: one line naming the problem, then the relevant stack traces, each introduced by
 // an indented title, then abort() unless options::abort_on_error is false.
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -175,6 +176,61 @@ void report_wrong_release(const general_allocator::options& o, const void* p, st
   diagnostics::finish_misuse_report(o.abort_on_error);
 }
 
+// Where the canary after a page block's `requested` bytes ends: it takes the rest of the block's
+// slot (the size class was chosen to hold at least canary_bytes of it), up to max_page_canary
+// bytes, so that a write further past the end, or just before the next block (an underflow of
+// that one), lands on it too. No canary when canary_bytes is 0. (A huge block's canary is
+// canary_bytes: its slack is page padding, next to no other block.)
+constexpr std::size_t max_page_canary = 4096;
+std::size_t page_canary_end(const general_allocator::options& o, std::size_t requested, std::size_t slot) noexcept {
+  if (o.canary_bytes == 0) return requested;
+  return std::min(slot, requested + std::max(o.canary_bytes, max_page_canary));
+}
+
+std::size_t huge_canary_end(const general_allocator::options& o, const segment* s) noexcept {
+  return std::min(s->huge_requested + o.canary_bytes, s->huge_size);
+}
+
+// The canary after a block's `requested` bytes, up to `end`: the offset past the block's end of its
+// first byte that is no longer the canary, or `end` - `requested` when none is.
+std::size_t overwritten_canary(const unsigned char* block, std::size_t requested, std::size_t end) noexcept {
+  constexpr std::uint64_t canary_word = 0x0101010101010101ull * general_allocator::canary_byte;
+  std::size_t i = requested;
+  for (std::uint64_t word; i + sizeof word <= end; i += sizeof word) {
+    std::memcpy(&word, block + i, sizeof word);
+    if (word != canary_word) break;
+  }
+  while (i < end && block[i] == general_allocator::canary_byte) ++i;
+  return i - requested;
+}
+
+// An overwritten canary: what was written there and how the block was found (released at `now`,
+// or live when the leak check looked), then where it was allocated. A byte in the last 16 of a
+// page block's slot (`slot`; 0 for a huge block) is named by its distance to the next slot too: the
+// write may have been meant for the block there, before its start.
+void report_overflow(const general_allocator::options& o, const void* p, std::size_t requested, std::size_t past,
+                     std::size_t slot, const current_trace* released, bool captured, void* const* alloc_frames,
+                     std::size_t alloc_count) noexcept {
+  const std::size_t at = requested + past;
+  const unsigned char byte = static_cast<const unsigned char*>(p)[at];
+  char before_next[96] = "";
+  if (slot != 0 && slot - at <= 16) {
+    std::snprintf(before_next, sizeof before_next, ", %zu byte%s before the next block at " MEMKIT_ADDRESS, slot - at,
+                  slot - at == 1 ? "" : "s", diagnostics::address(static_cast<const unsigned char*>(p) + slot));
+  }
+  report_writer out = misuse_writer(o);
+  out.begin("heap-buffer-overflow", p, requested,
+            "heap buffer overflow: the canary after the %zu-byte block at " MEMKIT_ADDRESS " was overwritten "
+            "(byte %zu past the end is 0x%02x%s)%s",
+            requested, diagnostics::address(p), past, byte, before_next,
+            released != nullptr ? "" : ", found by the leak check while the block is live");
+  out.number("offset", requested + past);
+  if (released != nullptr) out.stack("freed at", released->frames, released->count, captured);
+  out.stack("block allocated at", alloc_frames, alloc_count, captured);
+  out.end();
+  diagnostics::finish_misuse_report(o.abort_on_error);
+}
+
 }  // namespace
 
 // A freed block of a debug page must still hold the fill from byte `from` on: reports a use after
@@ -236,7 +292,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     r->flags = static_cast<std::uint8_t>(family);
     r->alloc_frames = static_cast<std::uint8_t>(
         pg->record_frames != 0 ? detail::capture_stack_trace(alloc_frames_of(pg, r), pg->record_frames, report_skip) : 0);
-    std::memset(static_cast<unsigned char*>(p) + size, canary_byte, bs - size < canary ? bs - size : canary);
+    std::memset(static_cast<unsigned char*>(p) + size, canary_byte, page_canary_end(o, size, bs) - size);
     return p;
   }
   void* p = huge_allocate(size + canary, alignment, false);
@@ -374,20 +430,11 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
                                s->huge_alloc_frames, captured);
         }
       }
-      for (std::size_t i = 0; i < o.canary_bytes && s->huge_requested + i < s->huge_size; ++i) {
-        if (c[s->huge_requested + i] != canary_byte) {
-          capture_now();
-          report_writer out = misuse_writer(o);
-          out.begin("heap-buffer-overflow", p, s->huge_requested,
-                    "heap buffer overflow: the canary after the %zu-byte block at " MEMKIT_ADDRESS " was "
-                    "overwritten (byte %zu past the end)",
-                    s->huge_requested, diagnostics::address(p), i);
-          out.stack("freed at", now.frames, now.count, captured);
-          out.stack("block allocated at", s->huge_frames, s->huge_alloc_frames, captured);
-          out.end();
-          diagnostics::finish_misuse_report(o.abort_on_error);
-          break;
-        }
+      const std::size_t canary_end = huge_canary_end(o, s);
+      const std::size_t past = overwritten_canary(c, s->huge_requested, canary_end);
+      if (s->huge_requested + past < canary_end) {
+        capture_now();
+        report_overflow(o, p, s->huge_requested, past, 0, &now, captured, s->huge_frames, s->huge_alloc_frames);
       }
       // Kept in the header while the block sits in the cache, for a later double-free report.
       s->huge_free_frames = static_cast<std::uint8_t>(
@@ -462,21 +509,11 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     report_wrong_release(o, p, r->requested, had, released_as, size, now, alloc_frames_of(pg, r), r->alloc_frames, captured);
   }
   const std::size_t requested = r->requested;
-  const std::size_t canary_end = requested + o.canary_bytes < bs ? requested + o.canary_bytes : bs;
-  for (std::size_t i = requested; i < canary_end; ++i) {
-    if (c[i] != canary_byte) {
-      if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
-      report_writer out = misuse_writer(o);
-      out.begin("heap-buffer-overflow", p, requested,
-                "heap buffer overflow: the canary after the %zu-byte block at " MEMKIT_ADDRESS " was overwritten "
-                "(byte %zu past the end is 0x%02x)",
-                requested, diagnostics::address(p), i - requested, c[i]);
-      out.stack("freed at", now.frames, now.count, captured);
-      out.stack("block allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
-      out.end();
-      diagnostics::finish_misuse_report(o.abort_on_error);
-      break;
-    }
+  const std::size_t canary_end = page_canary_end(o, requested, bs);
+  const std::size_t past = overwritten_canary(c, requested, canary_end);
+  if (requested + past < canary_end) {
+    if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
+    report_overflow(o, p, requested, past, bs, &now, captured, alloc_frames_of(pg, r), r->alloc_frames);
   }
   r->state = freed;
   live_sizes(pg)[index] = 0;
@@ -570,6 +607,32 @@ void general_allocator::impl::check_quarantine() noexcept {
   for (std::size_t i = 0; i < found; ++i) (void)check_freed_fill(page_of(segment_of(written[i]), written[i]), written[i], 0);
 }
 
+// A live block whose canary the leak scan found overwritten (leaks.cpp): one report (then the
+// canary is written again, so that the block's free does not report it a second time), or nothing
+// when its canary is intact by now (a block the scan listed twice).
+void general_allocator::impl::report_live_overflow(const void* p) noexcept {
+  const options& o = self->options_;
+  segment* s = segment_of(p);
+  auto* c = static_cast<unsigned char*>(const_cast<void*>(p));
+  if (s->kind == segment_kind::huge) {
+    const std::size_t canary_end = huge_canary_end(o, s);
+    const std::size_t past = overwritten_canary(c, s->huge_requested, canary_end);
+    if (s->huge_requested + past == canary_end) return;
+    report_overflow(o, c, s->huge_requested, past, 0, nullptr, s->pages[0].record_frames != 0, s->huge_frames,
+                    s->huge_alloc_frames);
+    std::memset(c + s->huge_requested, canary_byte, canary_end - s->huge_requested);
+    return;
+  }
+  page* pg = page_of(s, p);
+  const std::size_t bs = pg->block_size;
+  debug_record* r = record_at(pg, block_index(pg, static_cast<std::size_t>(reinterpret_cast<char*>(c) - pg->start)));
+  const std::size_t canary_end = page_canary_end(o, r->requested, bs);
+  const std::size_t past = overwritten_canary(c, r->requested, canary_end);
+  if (r->requested + past == canary_end) return;
+  report_overflow(o, c, r->requested, past, bs, nullptr, pg->record_frames != 0, alloc_frames_of(pg, r), r->alloc_frames);
+  std::memset(c + r->requested, canary_byte, canary_end - r->requested);
+}
+
 // Frees every block in the quarantine now (purge(), configure() turning it off).
 void general_allocator::impl::flush_quarantine() noexcept {
   for (;;) {
@@ -607,7 +670,7 @@ bool general_allocator::impl::debug_resize(void* p, std::size_t new_size) noexce
   const std::size_t index = block_index(pg, static_cast<std::size_t>(static_cast<char*>(p) - pg->start));
   record_at(pg, index)->requested = static_cast<std::uint32_t>(new_size);
   live_sizes(pg)[index] = static_cast<std::uint32_t>(new_size) + 1;
-  std::memset(c + new_size, canary_byte, canary);
+  std::memset(c + new_size, canary_byte, page_canary_end(self->options_, new_size, bs) - new_size);
   return true;
 }
 

@@ -22,6 +22,7 @@ heap* general_allocator::impl::attach_heap() noexcept {
   {
     lock_guard guard(lock);
     if (!key.created) (void)os::thread_key_create(key, &thread_exit_hook);
+    forget_exited_thread(current_thread_id());  // a new thread on a stack an exited one left
     if (abandoned != nullptr) {
       h = abandoned;
       abandoned = h->next_abandoned;
@@ -84,6 +85,13 @@ void general_allocator::impl::collect_heap(heap* h, bool everything) noexcept {
   }
 }
 
+void general_allocator::impl::forget_exited_thread(std::uintptr_t thread) noexcept {
+  if constexpr (!os::has_thread_pointer) return;
+  for (std::uintptr_t& t : exited_threads) {
+    if (t == thread) t = 0;
+  }
+}
+
 void general_allocator::impl::abandon_heap(heap* h) noexcept {
   drain_notified(h);
   // Only what is due: the next thread to start usually adopts this heap and its warm pages.
@@ -91,6 +99,7 @@ void general_allocator::impl::abandon_heap(heap* h) noexcept {
   h->thread_id.store(0, std::memory_order_relaxed);
   for (segment* s = h->segments; s != nullptr; s = s->next) s->thread_id.store(0, std::memory_order_relaxed);
   lock_guard guard(lock);
+  if constexpr (os::has_thread_pointer) exited_threads[exited_thread_count++ % exited_thread_slots] = current_thread_id();
   h->next_abandoned = abandoned;
   abandoned = h;
   has_abandoned.store(true, std::memory_order_relaxed);

@@ -400,6 +400,13 @@ struct general_allocator::impl {
   std::atomic<std::size_t> huge_cached_count{0};
   std::size_t huge_cached_bytes = 0;              // their resident (touched) bytes
   gpa::segment* huge_live = nullptr;              // live huge blocks (leak reports)
+  // The threads that exited after using this instance, by thread pointer (where the os layer has
+  // one: on Linux the address of the thread's control block, at the top of its stack mapping), the
+  // last exited_thread_slots of them in a ring; a thread that attaches a heap with the same pointer
+  // takes its record out. The leak scan does not read their dead frames and TLS as roots (leaks.cpp).
+  static constexpr std::size_t exited_thread_slots = 256;
+  std::uintptr_t exited_threads[exited_thread_slots] = {};
+  std::size_t exited_thread_count = 0;            // ever recorded
   // Debug mode's quarantine (debug.cpp): a ring of freed blocks not yet reusable, mapped on first
   // use. Guarded by `lock` like the caches.
   void** quarantine = nullptr;
@@ -420,6 +427,7 @@ struct general_allocator::impl {
   // heap.cpp
   gpa::heap* attach_heap() noexcept;
   void abandon_heap(gpa::heap* h) noexcept;
+  void forget_exited_thread(std::uintptr_t thread) noexcept;  // under the lock
   void collect_heap(gpa::heap* h, bool everything) noexcept;
   // page.cpp
   void* allocate_slow(gpa::heap* h, std::size_t cls, bool debug) noexcept;
@@ -467,6 +475,7 @@ struct general_allocator::impl {
   void release_from_quarantine(void* p) noexcept;
   void flush_quarantine() noexcept;
   void check_quarantine() noexcept;
+  void report_live_overflow(const void* p) noexcept;  // a live block's canary, found overwritten
   bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
   bool report_interior_of_huge(const void* p) noexcept;
   // leaks.cpp: the reachability scan and the grouped leak report. `registers`, the caller's
