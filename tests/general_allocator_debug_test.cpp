@@ -939,8 +939,8 @@ TEST(general_allocator_debug, the_leak_check_of_live_canaries_aborts_as_any_misu
 }
 
 // What an exited thread held only in a thread_local or a local is lost, though the stack and TLS it
-// left stay mapped for the next thread (glibc caches them, and the first of these words would
-// survive there); what a live thread holds in a thread_local is reachable.
+// left stay mapped for the next thread (glibc caches them, and the thread_local's word survives
+// there); what a live thread holds in a thread_local is reachable.
 thread_local void* kept_by_this_thread = nullptr;
 
 [[maybe_unused, gnu::noinline]] void keep_in_this_thread(general_allocator& a) {
