@@ -302,6 +302,9 @@ const seeded_bug corpus[] = {
      "delete_one_as_an_array", true},
     {"array_new_then_realloc", "mismatched realloc: the 16-byte block", "grow_with_realloc", true},
     {"delete_through_base", "mismatched delete size: the 40-byte block", "delete_through_the_base", true},
+    {"aligned_new_then_plain_delete",
+     "allocated with operator new aligned to 64 bytes and released with operator delete without an alignment",
+     "release_without_the_alignment", true},
 };
 
 TEST(malloc_preload_debug, each_seeded_bug_of_the_corpus_is_reported_with_its_headline_and_function) {

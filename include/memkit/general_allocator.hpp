@@ -27,8 +27,8 @@
 //  - Debug mode (options::debug) keeps a record per block: requested size, state and, optionally,
 //    the stack traces of the allocation and of the first free. It reports double frees (with the
 //    allocation, first-free and second-free traces), frees of pointers it does not own or of
-//    interior pointers, a deallocate() or sized delete of another size than the block's,
-//    overwritten canaries after a block, writes to freed memory (found when the block leaves the
+//    interior pointers, a deallocate() or sized delete of another size than the block's, a
+//    release naming another alignment than its allocation did, overwritten canaries after a block, writes to freed memory (found when the block leaves the
 //    quarantine of freed blocks or is reused) and leaks. Every check is O(1) per operation.
 //
 // Every function is thread-safe unless its comment says otherwise, and nothing here calls malloc,
@@ -185,11 +185,11 @@ class general_allocator final : public allocator {
   void free(void* p) noexcept;
   // allocator::deallocate without the virtual call: the size and alignment are not needed, but
   // debug mode reports a size other than the block's (there, allocate_at_least and usable_size
-  // report exactly the requested size, and resize changes it), then frees the block.
+  // report exactly the requested size, and resize changes it) or an alignment other than the one
+  // it was allocated with (both taken as at least default_alignment), then frees the block.
   void deallocate(void* p, std::size_t size, std::size_t alignment = default_alignment) noexcept {
-    (void)alignment;
     if (MEMKIT_LIKELY(!options_.debug)) return free(p);
-    free_in_family(p, allocation_family::any, size == 0 ? 1 : size);
+    free_in_family(p, allocation_family::any, size == 0 ? 1 : size, alignment == 0 ? 1 : alignment);
   }
   // Bytes usable in the block at `p` (at least the requested size); 0 for null. In debug mode,
   // exactly the requested size, so writing past it is caught by the canary.
@@ -232,23 +232,30 @@ class general_allocator final : public allocator {
   std::size_t report_leaks(int fd, leak_summary& summary) const noexcept;
 
   // allocate() for an allocation function of `family` (the drop-in's operator new and new[]):
-  // outside debug mode exactly allocate().
-  [[nodiscard]] void* allocate(std::size_t size, std::size_t alignment, allocation_family family) noexcept {
+  // outside debug mode exactly allocate(). `new_alignment` is the std::align_val_t an aligned
+  // operator new or new[] was called with, 0 for the other forms: debug mode records it, and the
+  // delete must name the same (see free()).
+  [[nodiscard]] void* allocate(std::size_t size, std::size_t alignment, allocation_family family,
+                               std::size_t new_alignment = 0) noexcept {
     if (MEMKIT_LIKELY(!options_.debug)) return allocate(size, alignment);
-    return allocate_in_family(size, alignment, family);
+    return allocate_in_family(size, alignment, family, new_alignment);
   }
   // free() through a release function of `family` (C free, operator delete, delete[]): debug
-  // mode reports a block from another family as a mismatch. Outside debug mode exactly free().
+  // mode reports a block from another family as a mismatch, and a block from an aligned operator
+  // new or new[] released by a delete without an alignment. Outside debug mode exactly free().
   void free(void* p, allocation_family family) noexcept {
     if (MEMKIT_LIKELY(!options_.debug)) return free(p);
-    free_in_family(p, family, 0);
+    free_in_family(p, family, 0, 0);
   }
-  // The same through a sized release function (sized operator delete and delete[]): debug mode
-  // also reports a `size` other than the one the block was allocated with, as a delete through a
-  // base class without a virtual destructor passes. A `size` of 0 is not checked.
-  void free(void* p, allocation_family family, std::size_t size) noexcept {
+  // The same through a sized or aligned release function (`alignment`: the std::align_val_t of an
+  // aligned operator delete or delete[], 0 for the others): debug mode also reports a `size` other
+  // than the one the block was allocated with, as a delete through a base class without a virtual
+  // destructor passes, and an alignment other than the one its operator new or new[] was called
+  // with (an aligned new released by a delete without one, or the reverse, as LeakSanitizer's
+  // AddressSanitizer reports them). A `size` of 0 is not checked.
+  void free(void* p, allocation_family family, std::size_t size, std::size_t alignment = 0) noexcept {
     if (MEMKIT_LIKELY(!options_.debug)) return free(p);
-    free_in_family(p, family, size);
+    free_in_family(p, family, size, alignment);
   }
 
   // Fork support: the drop-in registers these as fork handlers. prepare_fork takes every lock
@@ -272,8 +279,9 @@ class general_allocator final : public allocator {
   allocation do_allocate_at_least(std::size_t size, std::size_t alignment) noexcept override;
 
  private:
-  void* allocate_in_family(std::size_t size, std::size_t alignment, allocation_family family) noexcept;
-  void free_in_family(void* p, allocation_family family, std::size_t size) noexcept;
+  void* allocate_in_family(std::size_t size, std::size_t alignment, allocation_family family,
+                           std::size_t new_alignment) noexcept;
+  void free_in_family(void* p, allocation_family family, std::size_t size, std::size_t alignment) noexcept;
 
   friend struct global_instance_holder;
   struct global_tag {};

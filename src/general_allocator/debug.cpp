@@ -104,6 +104,29 @@ const char* family_release_name(std::uint8_t family) noexcept {
 
 bool is_other_family(std::uint8_t had, std::uint8_t wanted) noexcept { return wanted != 0 && had != 0 && had != wanted; }
 
+bool is_new_family(std::uint8_t family) noexcept {
+  return family == static_cast<std::uint8_t>(general_allocator::allocation_family::scalar_new) ||
+         family == static_cast<std::uint8_t>(general_allocator::allocation_family::array_new);
+}
+
+// The flags a block allocated through `family` records (see alignment_flags()).
+std::uint8_t allocation_flags(general_allocator::allocation_family family, std::size_t alignment,
+                              std::size_t new_alignment) noexcept {
+  const auto f = static_cast<std::uint8_t>(family);
+  return static_cast<std::uint8_t>(
+      f | alignment_flags(is_new_family(f) ? new_alignment : std::max(alignment, default_alignment)));
+}
+
+// Whether a release of the block with `flags` through `wanted` with `alignment` names another
+// alignment than its allocation did: an operator delete or delete[] of a block from operator new
+// or new[] (the std::align_val_t of each, or none: another family is a family mismatch instead),
+// or deallocate(), at default_alignment at least on both sides. C free names none.
+bool is_other_alignment(std::uint8_t flags, std::uint8_t wanted, std::size_t alignment) noexcept {
+  if (is_new_family(wanted)) return is_new_family(flags & family_mask) && named_alignment(flags) != alignment;
+  if (wanted != 0 || alignment == 0) return false;
+  return std::max(named_alignment(flags), default_alignment) != std::max(alignment, default_alignment);
+}
+
 // The family of the global operator new (`release`: delete) whose frame is frames[0], the caller
 // of malloc (free); 0 when it is none. A library that carries its own operators, bound inside it
 // (libstdc++ linked statically, as in the LLVM of Rust's toolchain), calls malloc and free from
@@ -120,55 +143,104 @@ std::uint8_t family_of_own_operator(void* const* frames, std::size_t count, bool
   return 0;
 }
 
+// What a release of a live block has against it, before seeing through a library's own operators.
+struct release_mismatch {
+  std::uint8_t had;            // the block's family
+  std::uint8_t wanted;         // the release function's (0: deallocate)
+  std::size_t size;            // the size it passed (0: none)
+  bool wrong_size;
+  std::size_t had_alignment;   // named_alignment() of the block's flags
+  std::size_t alignment;       // the alignment the release passed
+  bool wrong_alignment;
+};
+
+release_mismatch check_release(std::uint8_t flags, std::uint8_t wanted, std::size_t size, std::size_t requested,
+                               std::size_t alignment) noexcept {
+  return {static_cast<std::uint8_t>(flags & family_mask), wanted, size, size != 0 && size != requested,
+          named_alignment(flags), alignment, is_other_alignment(flags, wanted, alignment)};
+}
+
 // Seen through such operators, a malloc-family block from an operator new is that new's, and a free
 // called by an operator delete is that delete. So `delete` of what the library's own `new` returned
-// is no mismatch, while its `delete[]` still is one. True when the block came from such a new: what
-// it asked malloc for need not be the size a sized delete passes (it may round up), so that size is
-// not checked.
-bool see_through_own_operators(std::uint8_t& had, std::uint8_t& wanted, void* const* alloc_frames,
-                               std::size_t alloc_count, const current_trace& now) noexcept {
+// is no mismatch, while its `delete[]` still is one. When the block came from such a new, what it
+// asked malloc for need not be the size a sized delete passes (it may round up), so that size is
+// not checked. (Alignments are not compared across families: malloc's side names none that an
+// operator's would.)
+void see_through_own_operators(release_mismatch& m, void* const* alloc_frames, std::size_t alloc_count,
+                               const current_trace& now) noexcept {
   constexpr auto malloc_family = static_cast<std::uint8_t>(general_allocator::allocation_family::malloc);
-  if (!is_other_family(had, wanted)) return false;
-  if (had == malloc_family) {
+  if (!is_other_family(m.had, m.wanted)) return;
+  if (m.had == malloc_family) {
     if (const std::uint8_t f = family_of_own_operator(alloc_frames, alloc_count, false)) {
-      had = f;
-      return true;
+      m.had = f;
+      m.wrong_size = false;
     }
-  } else if (wanted == malloc_family) {
-    if (const std::uint8_t f = family_of_own_operator(now.frames, now.count, true)) wanted = f;
+  } else if (m.wanted == malloc_family) {
+    if (const std::uint8_t f = family_of_own_operator(now.frames, now.count, true)) m.wanted = f;
   }
-  return false;
+}
+
+// "operator new aligned to 64 bytes", "operator delete without an alignment".
+void name_with_alignment(char (&out)[64], const char* function, std::size_t alignment) noexcept {
+  if (alignment == 0) {
+    std::snprintf(out, sizeof out, "%s without an alignment", function);
+  } else {
+    std::snprintf(out, sizeof out, "%s aligned to %zu bytes", function, alignment);
+  }
 }
 
 // A live block released through another family's function (free of what operator new returned,
 // ...) or, through a sized operator delete, with another size than it was allocated with (a delete
 // through a base class without a virtual destructor), or through deallocate(p, size) with another
-// size (a container that lost track of its capacity): one report; the caller then frees the block
-// as asked, as memcheck does, rather than keep it and report it again as a leak at exit.
-void report_wrong_release(const general_allocator::options& o, const void* p, std::size_t requested, std::uint8_t had,
-                          std::uint8_t wanted, std::size_t size, const current_trace& now, void* const* alloc_frames,
+// size (a container that lost track of its capacity), or with another alignment (an aligned new
+// released by a plain delete, or the reverse; deallocate() told another alignment): one report,
+// headed by the first of these that applies; the caller then frees the block as asked, as memcheck
+// does, rather than keep it and report it again as a leak at exit.
+void report_wrong_release(const general_allocator::options& o, const void* p, std::size_t requested,
+                          const release_mismatch& m, const current_trace& now, void* const* alloc_frames,
                           std::size_t alloc_count, bool captured) noexcept {
   report_writer out = misuse_writer(o);
-  if (is_other_family(had, wanted)) {
+  const bool deallocate = m.wanted == 0;
+  // deallocate()'s alignments as compared: at least default_alignment.
+  const std::size_t had_alignment = deallocate ? std::max(m.had_alignment, default_alignment) : m.had_alignment;
+  const std::size_t alignment = deallocate ? std::max(m.alignment, default_alignment) : m.alignment;
+  if (is_other_family(m.had, m.wanted)) {
     out.begin("mismatched-free", p, requested,
               "mismatched free: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released with %s",
-              requested, diagnostics::address(p), family_allocator_name(had), family_release_name(wanted));
-  } else if (wanted == 0) {  // the C++ interface's deallocate(p, size)
+              requested, diagnostics::address(p), family_allocator_name(m.had), family_release_name(m.wanted));
+  } else if (m.wrong_size && deallocate) {  // the C++ interface's deallocate(p, size)
     out.begin("mismatched-deallocate-size", p, requested,
               "mismatched deallocate size: the %zu-byte block at " MEMKIT_ADDRESS " was released with deallocate "
               "of %zu bytes",
-              requested, diagnostics::address(p), size);
-    out.number("released_size", size);
-  } else {
+              requested, diagnostics::address(p), m.size);
+  } else if (m.wrong_size) {
     out.begin("mismatched-delete-size", p, requested,
               "mismatched delete size: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released "
               "with a sized %s of %zu bytes",
-              requested, diagnostics::address(p), family_allocator_name(had), family_release_name(wanted), size);
-    out.number("released_size", size);
+              requested, diagnostics::address(p), family_allocator_name(m.had), family_release_name(m.wanted), m.size);
+  } else if (deallocate) {
+    out.begin("mismatched-deallocate-alignment", p, requested,
+              "mismatched deallocate alignment: the %zu-byte block at " MEMKIT_ADDRESS " was allocated aligned to %zu "
+              "bytes and released with deallocate aligned to %zu bytes",
+              requested, diagnostics::address(p), had_alignment, alignment);
+  } else {
+    char allocated[64];
+    char released[64];
+    name_with_alignment(allocated, family_allocator_name(m.had), had_alignment);
+    name_with_alignment(released, family_release_name(m.wanted), alignment);
+    out.begin("mismatched-delete-alignment", p, requested,
+              "mismatched delete alignment: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and "
+              "released with %s",
+              requested, diagnostics::address(p), allocated, released);
   }
-  if (wanted != 0) {
-    out.word("allocated_with", family_allocator_name(had));
-    out.word("released_with", family_release_name(wanted));
+  if (m.wrong_size) out.number("released_size", m.size);
+  if (m.wrong_alignment) {
+    out.number("allocated_alignment", had_alignment);
+    out.number("released_alignment", alignment);
+  }
+  if (!deallocate) {
+    out.word("allocated_with", family_allocator_name(m.had));
+    out.word("released_with", family_release_name(m.wanted));
   }
   out.stack("released at", now.frames, now.count, captured);
   out.stack("allocated at", alloc_frames, alloc_count, captured);
@@ -263,14 +335,15 @@ bool general_allocator::impl::check_freed_fill(page* pg, void* p, std::size_t fr
   return false;
 }
 
-void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alignment,
-                                              allocation_family family) noexcept {
+void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alignment, allocation_family family,
+                                              std::size_t new_alignment) noexcept {
   const options& o = self->options_;
   const std::size_t canary = o.canary_bytes;
   const std::size_t frames = o.capture_stack_traces ? o.stack_frames : 0;
   const std::size_t a = alignment < default_alignment ? default_alignment : alignment;
   const std::size_t need = size + canary;
   if (family == allocation_family::any) family = allocation_family::malloc;
+  const std::uint8_t flags = allocation_flags(family, alignment, new_alignment);
   if (alignment <= max_class_alignment && need <= large_max && detail::align_up(need, a) <= large_max) {
     heap* h = current_heap(this);
     if (h == nullptr) return nullptr;
@@ -289,7 +362,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
     r->requested = static_cast<std::uint32_t>(size);
     live_sizes(pg)[index] = static_cast<std::uint32_t>(size) + 1;
     r->free_frames = 0;
-    r->flags = static_cast<std::uint8_t>(family);
+    r->flags = flags;
     r->alloc_frames = static_cast<std::uint8_t>(
         pg->record_frames != 0 ? detail::capture_stack_trace(alloc_frames_of(pg, r), pg->record_frames, report_skip) : 0);
     std::memset(static_cast<unsigned char*>(p) + size, canary_byte, page_canary_end(o, size, bs) - size);
@@ -300,7 +373,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
   segment* s = segment_of(p);
   s->pages[0].debug = true;
   s->huge_requested = size;
-  s->huge_flags = static_cast<std::uint8_t>(family);
+  s->huge_flags = flags;
   s->huge_alloc_frames = static_cast<std::uint8_t>(
       frames != 0 ? detail::capture_stack_trace(s->huge_frames, frames, report_skip) : 0);
   s->pages[0].record_frames = static_cast<std::uint16_t>(frames);
@@ -308,8 +381,8 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
   return p;
 }
 
-void* general_allocator::allocate_in_family(std::size_t size, std::size_t alignment,
-                                            allocation_family family) noexcept {
+void* general_allocator::allocate_in_family(std::size_t size, std::size_t alignment, allocation_family family,
+                                            std::size_t new_alignment) noexcept {
   detail::set_capture_origin(MEMKIT_CALLER_ADDRESS());
   impl* im = impl_;
   if (im == nullptr) return allocation_failure();
@@ -317,14 +390,15 @@ void* general_allocator::allocate_in_family(std::size_t size, std::size_t alignm
   if (size == 0) size = 1;
   if (MEMKIT_UNLIKELY(size > max_allocation_size)) return allocation_failure();
   if (detail::symbolizing_on_this_thread()) return im->allocate_generic(size, alignment, false);  // plain
-  void* p = im->debug_allocate(size, alignment, family);
+  void* p = im->debug_allocate(size, alignment, family, new_alignment);
   return p != nullptr ? p : allocation_failure();
 }
 
-void general_allocator::free_in_family(void* p, allocation_family family, std::size_t size) noexcept {
+void general_allocator::free_in_family(void* p, allocation_family family, std::size_t size,
+                                       std::size_t alignment) noexcept {
   if (p == nullptr) return;
   detail::set_capture_origin(MEMKIT_CALLER_ADDRESS());
-  impl_->debug_free(p, family, size);
+  impl_->debug_free(p, family, size, alignment);
 }
 
 void general_allocator::impl::report_foreign(const void* p, const char* what) noexcept {
@@ -375,7 +449,8 @@ bool general_allocator::impl::report_interior_of_huge(const void* p) noexcept {
   return true;
 }
 
-void general_allocator::impl::debug_free(void* p, allocation_family family, std::size_t size) noexcept {
+void general_allocator::impl::debug_free(void* p, allocation_family family, std::size_t size,
+                                         std::size_t alignment) noexcept {
   const errno_keeper keep_errno;
   const options& o = self->options_;
   const std::uintptr_t base = (reinterpret_cast<std::uintptr_t>(p) - 1) & ~segment_mask;
@@ -419,15 +494,12 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
       return;
     }
     if (pg.debug) {
-      std::uint8_t had = s->huge_flags & family_mask;
-      std::uint8_t released_as = wanted;
-      bool wrong_size = size != 0 && size != s->huge_requested;
-      if (is_other_family(had, wanted) || wrong_size) {
+      release_mismatch m = check_release(s->huge_flags, wanted, size, s->huge_requested, alignment);
+      if (is_other_family(m.had, m.wanted) || m.wrong_size || m.wrong_alignment) {
         capture_now();
-        if (see_through_own_operators(had, released_as, s->huge_frames, s->huge_alloc_frames, now)) wrong_size = false;
-        if (is_other_family(had, released_as) || wrong_size) {
-          report_wrong_release(o, p, s->huge_requested, had, released_as, size, now, s->huge_frames,
-                               s->huge_alloc_frames, captured);
+        see_through_own_operators(m, s->huge_frames, s->huge_alloc_frames, now);
+        if (is_other_family(m.had, m.wanted) || m.wrong_size || m.wrong_alignment) {
+          report_wrong_release(o, p, s->huge_requested, m, now, s->huge_frames, s->huge_alloc_frames, captured);
         }
       }
       const std::size_t canary_end = huge_canary_end(o, s);
@@ -468,10 +540,9 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   unsigned char* block_start = reinterpret_cast<unsigned char*>(pg->start) + index * bs;
   const bool captured = pg->record_frames != 0;
   current_trace now;
-  std::uint8_t had = r->flags & family_mask;
-  std::uint8_t released_as = wanted;
-  bool wrong_size = size != 0 && size != r->requested;
-  if (within != 0 || r->state != live || is_other_family(had, wanted) || wrong_size) {
+  release_mismatch m = check_release(r->flags, wanted, size, r->requested, alignment);
+  const bool mismatched = is_other_family(m.had, m.wanted) || m.wrong_size || m.wrong_alignment;
+  if (within != 0 || r->state != live || mismatched) {
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
   }
   // A slot never handed out is no block: a pointer into it is reported below as foreign.
@@ -504,9 +575,11 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     diagnostics::finish_misuse_report(o.abort_on_error);
     return;
   }
-  if (see_through_own_operators(had, released_as, alloc_frames_of(pg, r), r->alloc_frames, now)) wrong_size = false;
-  if (is_other_family(had, released_as) || wrong_size) {
-    report_wrong_release(o, p, r->requested, had, released_as, size, now, alloc_frames_of(pg, r), r->alloc_frames, captured);
+  if (mismatched) {
+    see_through_own_operators(m, alloc_frames_of(pg, r), r->alloc_frames, now);
+    if (is_other_family(m.had, m.wanted) || m.wrong_size || m.wrong_alignment) {
+      report_wrong_release(o, p, r->requested, m, now, alloc_frames_of(pg, r), r->alloc_frames, captured);
+    }
   }
   const std::size_t requested = r->requested;
   const std::size_t canary_end = page_canary_end(o, requested, bs);

@@ -19,6 +19,7 @@
 // after that also pushes the page onto its heap's notified stack, so the owner finds it in O(1).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
@@ -169,6 +170,19 @@ struct debug_record {
   std::uint8_t flags;          // the block's general_allocator::allocation_family (family_mask)
 };
 inline constexpr std::uint8_t family_mask = 3;  // of debug_record::flags and segment::huge_flags
+// The rest of the same flags: the alignment the allocation named, as its log2 + 1 (0: none). For
+// operator new and new[], the std::align_val_t of an aligned form, none for the plain forms; for
+// the other families, the alignment asked for, at least default_alignment.
+inline constexpr unsigned alignment_shift = 2;
+constexpr std::uint8_t alignment_flags(std::size_t alignment) noexcept {
+  if (alignment == 0) return 0;
+  const unsigned log = std::min(static_cast<unsigned>(std::countr_zero(alignment)) + 1, 63u);
+  return static_cast<std::uint8_t>(log << alignment_shift);
+}
+constexpr std::size_t named_alignment(std::uint8_t flags) noexcept {
+  const unsigned log = flags >> alignment_shift;
+  return log == 0 ? 0 : std::size_t{1} << (log - 1);
+}
 enum record_state : std::uint8_t { never_used = 0, live = 1, freed = 2 };
 
 using os::owner_add;
@@ -459,11 +473,15 @@ struct general_allocator::impl {
   void* grow_block(void* p, std::size_t copy_bytes, std::size_t new_size, std::size_t alignment,
                    bool populate) noexcept;
   // debug.cpp
+  // `new_alignment`: an aligned operator new's std::align_val_t (0: any other allocation).
   void* debug_allocate(std::size_t size, std::size_t alignment,
-                       general_allocator::allocation_family family = general_allocator::allocation_family::malloc) noexcept;
+                       general_allocator::allocation_family family = general_allocator::allocation_family::malloc,
+                       std::size_t new_alignment = 0) noexcept;
   // `size`: what a sized operator delete passed, checked against the block's; 0 when not known.
+  // `alignment`: an aligned operator delete's std::align_val_t, 0 for a plain one; deallocate()'s
+  // alignment (family any); 0 for free().
   void debug_free(void* p, general_allocator::allocation_family family = general_allocator::allocation_family::any,
-                  std::size_t size = 0) noexcept;
+                  std::size_t size = 0, std::size_t alignment = 0) noexcept;
   std::size_t debug_usable_size(const void* p) const noexcept;
   std::size_t debug_checked_usable_size(const void* p) const noexcept;
   bool debug_check_reallocate(void* p) noexcept;

@@ -106,9 +106,9 @@ using family = memkit::general_allocator::allocation_family;
   memkit::general_allocator::global().free(p, f);
 }
 
-[[gnu::always_inline]] inline void release_as(void* p, family f, std::size_t size) noexcept {
+[[gnu::always_inline]] inline void release_as(void* p, family f, std::size_t size, std::size_t alignment = 0) noexcept {
   if (p == nullptr) return;
-  memkit::general_allocator::global().free(p, f, size);
+  memkit::general_allocator::global().free(p, f, size, alignment);
 }
 
 inline void* reallocate(void* p, std::size_t size) noexcept {
@@ -266,10 +266,11 @@ MEMKIT_MALLOC_EXPORT struct mallinfo mallinfo() noexcept {
 namespace {
 
 // [new.delete.single]: loop calling the new-handler until memory comes or there is no handler.
-[[gnu::noinline]] void* new_or_throw(std::size_t size, std::size_t alignment, family f) {
+// `named`: an aligned form's std::align_val_t, 0 for the plain forms (debug mode records it).
+[[gnu::noinline]] void* new_or_throw(std::size_t size, std::size_t alignment, family f, std::size_t named) {
   for (;;) {
     if (MEMKIT_LIKELY(size <= largest_request)) {
-      if (void* p = heap().allocate(size, alignment, f)) return p;
+      if (void* p = heap().allocate(size, alignment, f, named)) return p;
     }
     std::new_handler handler = std::get_new_handler();
     if (handler == nullptr) throw std::bad_alloc();
@@ -278,10 +279,11 @@ namespace {
 }
 
 // The nothrow forms behave as the throwing ones, except that they answer null where those throw.
-[[gnu::noinline]] void* new_or_null(std::size_t size, std::size_t alignment, family f) noexcept {
+[[gnu::noinline]] void* new_or_null(std::size_t size, std::size_t alignment, family f,
+                                    std::size_t named) noexcept {
   for (;;) {
     if (MEMKIT_LIKELY(size <= largest_request)) {
-      if (void* p = heap().allocate(size, alignment, f)) return p;
+      if (void* p = heap().allocate(size, alignment, f, named)) return p;
     }
     std::new_handler handler = std::get_new_handler();
     if (handler == nullptr) return nullptr;
@@ -295,18 +297,22 @@ namespace {
 
 // operator new and new[] of sizes up to direct_max: malloc's fast path; every other case (a
 // direct entry without a free block, debug mode, which records the family) takes `slow`.
-template <void* (*slow)(std::size_t, std::size_t, family)>
+template <void* (*slow)(std::size_t, std::size_t, family, std::size_t)>
 [[gnu::always_inline]] inline void* new_default(std::size_t size, family f) noexcept(slow == new_or_null) {
   if (MEMKIT_LIKELY(size <= memkit::gpa::direct_max)) {
     memkit::gpa::page* pg = memkit::gpa::direct_heap->direct[(size + 15) >> 4];
     if (MEMKIT_LIKELY(pg->free != nullptr)) return memkit::gpa::pop_free_block(pg);
   }
-  return slow(size, malloc_alignment, f);
+  return slow(size, malloc_alignment, f, 0);
 }
 
 [[gnu::always_inline]] inline std::size_t new_alignment(std::align_val_t alignment) noexcept {
   auto value = static_cast<std::size_t>(alignment);
   return value < malloc_alignment ? malloc_alignment : value;
+}
+
+[[gnu::always_inline]] inline std::size_t named(std::align_val_t alignment) noexcept {
+  return static_cast<std::size_t>(alignment);
 }
 
 }  // namespace
@@ -322,39 +328,44 @@ MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, const std::nothrow_t&) 
   return new_default<new_or_null>(size, family::array_new);
 }
 MEMKIT_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t alignment) {
-  return new_or_throw(size, new_alignment(alignment), family::scalar_new);
+  return new_or_throw(size, new_alignment(alignment), family::scalar_new, named(alignment));
 }
 MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t alignment) {
-  return new_or_throw(size, new_alignment(alignment), family::array_new);
+  return new_or_throw(size, new_alignment(alignment), family::array_new, named(alignment));
 }
 MEMKIT_NEW_EXPORT void* operator new(std::size_t size, std::align_val_t alignment,
                                      const std::nothrow_t&) noexcept {
-  return new_or_null(size, new_alignment(alignment), family::scalar_new);
+  return new_or_null(size, new_alignment(alignment), family::scalar_new, named(alignment));
 }
 MEMKIT_NEW_EXPORT void* operator new[](std::size_t size, std::align_val_t alignment,
                                        const std::nothrow_t&) noexcept {
-  return new_or_null(size, new_alignment(alignment), family::array_new);
+  return new_or_null(size, new_alignment(alignment), family::array_new, named(alignment));
 }
 
 // Every delete form ends in the same free: the allocator finds size and alignment from the
-// pointer, so the sized and aligned hints are not needed (and not trusted).
+// pointer, so the sized and aligned hints are not needed (and not trusted); debug mode checks
+// them against the block's (an aligned new must meet an aligned delete of the same alignment).
 MEMKIT_NEW_EXPORT void operator delete(void* p) noexcept { release_as(p, family::scalar_new); }
 MEMKIT_NEW_EXPORT void operator delete[](void* p) noexcept { release_as(p, family::array_new); }
 MEMKIT_NEW_EXPORT void operator delete(void* p, const std::nothrow_t&) noexcept { release_as(p, family::scalar_new); }
 MEMKIT_NEW_EXPORT void operator delete[](void* p, const std::nothrow_t&) noexcept { release_as(p, family::array_new); }
 MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t size) noexcept { release_as(p, family::scalar_new, size); }
 MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t size) noexcept { release_as(p, family::array_new, size); }
-MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t) noexcept { release_as(p, family::scalar_new); }
-MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t) noexcept { release_as(p, family::array_new); }
-MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  release_as(p, family::scalar_new);
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t alignment) noexcept {
+  release_as(p, family::scalar_new, 0, named(alignment));
 }
-MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  release_as(p, family::array_new);
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t alignment) noexcept {
+  release_as(p, family::array_new, 0, named(alignment));
 }
-MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t size, std::align_val_t) noexcept {
-  release_as(p, family::scalar_new, size);
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::align_val_t alignment, const std::nothrow_t&) noexcept {
+  release_as(p, family::scalar_new, 0, named(alignment));
 }
-MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t size, std::align_val_t) noexcept {
-  release_as(p, family::array_new, size);
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::align_val_t alignment, const std::nothrow_t&) noexcept {
+  release_as(p, family::array_new, 0, named(alignment));
+}
+MEMKIT_NEW_EXPORT void operator delete(void* p, std::size_t size, std::align_val_t alignment) noexcept {
+  release_as(p, family::scalar_new, size, named(alignment));
+}
+MEMKIT_NEW_EXPORT void operator delete[](void* p, std::size_t size, std::align_val_t alignment) noexcept {
+  release_as(p, family::array_new, size, named(alignment));
 }
