@@ -578,31 +578,11 @@ TEST(general_allocator_debug, leak_summary_says_what_the_scan_and_the_writing_co
   });
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool under_address_sanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool under_address_sanitizer = true;
-#else
-constexpr bool under_address_sanitizer = false;
-#endif
-#else
-constexpr bool under_address_sanitizer = false;
-#endif
+constexpr bool under_address_sanitizer = MEMKIT_HAS_ASAN;
 // ThreadSanitizer runs a thread of its own (also in a forked child), which the report cannot stop
 // (os::process::stopped_threads fails under it): the checks that need every thread stopped, or
 // none running, are not made.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool under_thread_sanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool under_thread_sanitizer = true;
-#else
-constexpr bool under_thread_sanitizer = false;
-#endif
-#else
-constexpr bool under_thread_sanitizer = false;
-#endif
+constexpr bool under_thread_sanitizer = MEMKIT_HAS_TSAN;
 
 // A heap over many pages and segments, reached only through interior pointers: a root deep inside
 // a huge block (past its first 4 MiB), which points into the middle of every small block.

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "memkit/detail/config.hpp"
 #include "memkit/os.hpp"
 
 #if !defined(_WIN32)
@@ -207,14 +208,7 @@ struct register_snapshot {
 // aligned store is atomic, so a concurrent reader sees the old or the new value, exactly as with
 // a relaxed load and store, which compilers do not fuse into one instruction. Elsewhere, and under
 // ThreadSanitizer (which cannot see into asm), the relaxed load and store.
-#if defined(__SANITIZE_THREAD__)
-#define MEMKIT_OS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MEMKIT_OS_TSAN 1
-#endif
-#endif
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(MEMKIT_OS_TSAN)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !MEMKIT_HAS_TSAN
 #define MEMKIT_OS_OWNER_ADD_ASM 1
 #endif
 template <class T>

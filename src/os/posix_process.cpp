@@ -26,6 +26,7 @@
 #include <new>
 #endif
 
+#include "memkit/detail/config.hpp"
 #include "memkit/os.hpp"
 #include "process.hpp"
 
@@ -249,12 +250,8 @@ result<std::size_t> thread_count() noexcept {
 // stop() fails with ENOSYS.
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
+#if MEMKIT_HAS_TSAN
 #define MEMKIT_OS_NO_STOPPED_THREADS 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MEMKIT_OS_NO_STOPPED_THREADS 1
-#endif
 #endif
 #if !defined(__x86_64__) && !defined(__aarch64__)
 #define MEMKIT_OS_NO_STOPPED_THREADS 1  // raw() and the stack pointer are written for x86-64 and AArch64

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "memkit/detail/config.hpp"
 #include "memkit/os.hpp"
 #include "symbols.hpp"
 
@@ -41,12 +42,8 @@ using detail::resolved_frame;
 
 // ---- stack capture -------------------------------------------------------------------------------
 
-#if defined(__SANITIZE_THREAD__)
+#if MEMKIT_HAS_TSAN
 #define MEMKIT_STACK_TRACE_NO_LIBUNWIND 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MEMKIT_STACK_TRACE_NO_LIBUNWIND 1
-#endif
 #endif
 
 using backtrace_function = int (*)(void**, int);
