@@ -28,8 +28,9 @@
 //    the stack traces of the allocation and of the first free. It reports double frees (with the
 //    allocation, first-free and second-free traces), frees of pointers it does not own or of
 //    interior pointers, a deallocate() or sized delete of another size than the block's, a
-//    release naming another alignment than its allocation did, overwritten canaries after a block, writes to freed memory (found when the block leaves the
-//    quarantine of freed blocks or is reused) and leaks. Every check is O(1) per operation.
+//    release naming another alignment than its allocation did, overwritten canaries after a
+//    block, writes to freed memory (found when the block leaves the quarantine of freed blocks or
+//    is reused) and leaks. Every check is O(1) per operation.
 //
 // Every function is thread-safe unless its comment says otherwise, and nothing here calls malloc,
 // so the allocator can BE malloc. (One exception, in debug mode with stack traces: the first
@@ -251,8 +252,8 @@ class general_allocator final : public allocator {
   // aligned operator delete or delete[], 0 for the others): debug mode also reports a `size` other
   // than the one the block was allocated with, as a delete through a base class without a virtual
   // destructor passes, and an alignment other than the one its operator new or new[] was called
-  // with (an aligned new released by a delete without one, or the reverse, as LeakSanitizer's
-  // AddressSanitizer reports them). A `size` of 0 is not checked.
+  // with (an aligned new released by a delete without one, or the reverse, as AddressSanitizer
+  // reports them). A `size` of 0 is not checked.
   void free(void* p, allocation_family family, std::size_t size, std::size_t alignment = 0) noexcept {
     if (MEMKIT_LIKELY(!options_.debug)) return free(p);
     free_in_family(p, family, size, alignment);

@@ -152,6 +152,7 @@ struct release_mismatch {
   std::size_t had_alignment;   // named_alignment() of the block's flags
   std::size_t alignment;       // the alignment the release passed
   bool wrong_alignment;
+  bool any() const noexcept { return is_other_family(had, wanted) || wrong_size || wrong_alignment; }
 };
 
 release_mismatch check_release(std::uint8_t flags, std::uint8_t wanted, std::size_t size, std::size_t requested,
@@ -495,10 +496,10 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     }
     if (pg.debug) {
       release_mismatch m = check_release(s->huge_flags, wanted, size, s->huge_requested, alignment);
-      if (is_other_family(m.had, m.wanted) || m.wrong_size || m.wrong_alignment) {
+      if (m.any()) {
         capture_now();
         see_through_own_operators(m, s->huge_frames, s->huge_alloc_frames, now);
-        if (is_other_family(m.had, m.wanted) || m.wrong_size || m.wrong_alignment) {
+        if (m.any()) {
           report_wrong_release(o, p, s->huge_requested, m, now, s->huge_frames, s->huge_alloc_frames, captured);
         }
       }
@@ -541,7 +542,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   const bool captured = pg->record_frames != 0;
   current_trace now;
   release_mismatch m = check_release(r->flags, wanted, size, r->requested, alignment);
-  const bool mismatched = is_other_family(m.had, m.wanted) || m.wrong_size || m.wrong_alignment;
+  const bool mismatched = m.any();
   if (within != 0 || r->state != live || mismatched) {
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
   }
@@ -577,7 +578,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   }
   if (mismatched) {
     see_through_own_operators(m, alloc_frames_of(pg, r), r->alloc_frames, now);
-    if (is_other_family(m.had, m.wanted) || m.wrong_size || m.wrong_alignment) {
+    if (m.any()) {
       report_wrong_release(o, p, r->requested, m, now, alloc_frames_of(pg, r), r->alloc_frames, captured);
     }
   }
