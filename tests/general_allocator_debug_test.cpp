@@ -1127,16 +1127,27 @@ TEST(general_allocator_debug, an_error_repeated_from_one_place_is_written_once) 
   EXPECT_EQ(reports, 3u) << text;
 }
 
-// What the report-and-go-on runs of the size and alignment tests below show: the 48-byte block
-// and the 5 MiB block released with a wrong size (or alignment) reported, nothing else, and every
-// block freed.
-void expect_the_two_mismatch_reports_only(const std::string& text, const general_allocator::leak_summary& summary) {
-  EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
-  EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
-  std::size_t reports = 0;
-  for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
-  EXPECT_EQ(reports, 2u) << text;
-  EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
+// The report-and-go-on runs of the size and alignment tests below: `releases` frees blocks, two
+// of them (a 48-byte block and a 5 MiB one) with a wrong size or alignment; exactly those two are
+// reported and every block is freed. In a child: the leak report stops threads with ptrace, after
+// which LeakSanitizer cannot.
+template <class Releases>
+void expect_the_two_mismatch_reports_only(Releases releases) {
+  in_fresh_process([releases] {
+    general_allocator::options o = debug_options();
+    o.abort_on_error = false;
+    general_allocator::leak_summary summary;
+    const std::string text = capture_report(o, [&](general_allocator& b) {
+      releases(b);
+      (void)b.report_leaks(b.current_options().report_fd, summary);
+    });
+    EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
+    EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
+    std::size_t reports = 0;
+    for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
+    EXPECT_EQ(reports, 2u) << text;
+    EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
+  });
 }
 
 // A sized operator delete passes the size of the type it deletes: another size than the block was
@@ -1156,20 +1167,12 @@ TEST(general_allocator_debug, a_sized_delete_of_another_size_is_reported) {
                output_matching("the 5242880-byte block at 0x[0-9a-f]+ was allocated with operator new[[][]] and "
                                "released with a sized operator delete[[][]] of 4194304 bytes\n"));
   a.free(object, family::scalar_new, 40);
-  // The leak report stops threads with ptrace, after which LeakSanitizer cannot: in a child.
-  in_fresh_process([] {
-    general_allocator::options o = debug_options();
-    o.abort_on_error = false;
-    general_allocator::leak_summary summary;
-    const std::string text = capture_report(o, [&](general_allocator& b) {
-      b.free(b.allocate(40, 16, family::scalar_new), family::scalar_new, 40);
-      b.free(b.allocate(24, 16, family::array_new), family::array_new, 0);
-      b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, std::size_t{5} << 20);
-      b.free(b.allocate(48, 16, family::scalar_new), family::scalar_new, 16);  // reported, then freed
-      b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, 1);
-      (void)b.report_leaks(b.current_options().report_fd, summary);
-    });
-    expect_the_two_mismatch_reports_only(text, summary);
+  expect_the_two_mismatch_reports_only([](general_allocator& b) {
+    b.free(b.allocate(40, 16, family::scalar_new), family::scalar_new, 40);
+    b.free(b.allocate(24, 16, family::array_new), family::array_new, 0);
+    b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, std::size_t{5} << 20);
+    b.free(b.allocate(48, 16, family::scalar_new), family::scalar_new, 16);  // reported, then freed
+    b.free(b.allocate(std::size_t{5} << 20, 16, family::scalar_new), family::scalar_new, 1);
   });
   a.free(large, family::array_new, std::size_t{5} << 20);
 }
@@ -1189,32 +1192,24 @@ TEST(general_allocator_debug, a_deallocate_of_another_size_is_reported) {
   EXPECT_DEATH(interface.deallocate(block, 48),
                output_matching("the 40-byte block at 0x[0-9a-f]+ was released with deallocate of 48 bytes\n"));
   a.deallocate(block, 40);
-  // The leak report stops threads with ptrace, after which LeakSanitizer cannot: in a child.
-  in_fresh_process([] {
-    general_allocator::options o = debug_options();
-    o.abort_on_error = false;
-    general_allocator::leak_summary summary;
-    const std::string text = capture_report(o, [&](general_allocator& b) {
-      memkit::allocator& i = b;
-      b.deallocate(b.allocate(40), 40);
-      b.deallocate(b.allocate(0), 0);
-      const memkit::allocation at_least = i.allocate_at_least(100);
-      i.deallocate(at_least.pointer, at_least.size);
-      void* resized = i.allocate(64);
-      EXPECT_TRUE(i.resize(resized, 64, 24));
-      i.deallocate(resized, 24);
-      b.deallocate(b.allocate(std::size_t{5} << 20), std::size_t{5} << 20);
-      {
-        memkit::vector<int> v(b);
-        for (int k = 0; k < 5000; ++k) v.push_back(k);
-        v.resize(10);
-        v.shrink_to_fit();
-      }
-      b.deallocate(b.allocate(48), 16);  // reported, then freed
-      b.deallocate(b.allocate(std::size_t{5} << 20), 1);
-      (void)b.report_leaks(b.current_options().report_fd, summary);
-    });
-    expect_the_two_mismatch_reports_only(text, summary);
+  expect_the_two_mismatch_reports_only([](general_allocator& b) {
+    memkit::allocator& i = b;
+    b.deallocate(b.allocate(40), 40);
+    b.deallocate(b.allocate(0), 0);
+    const memkit::allocation at_least = i.allocate_at_least(100);
+    i.deallocate(at_least.pointer, at_least.size);
+    void* resized = i.allocate(64);
+    EXPECT_TRUE(i.resize(resized, 64, 24));
+    i.deallocate(resized, 24);
+    b.deallocate(b.allocate(std::size_t{5} << 20), std::size_t{5} << 20);
+    {
+      memkit::vector<int> v(b);
+      for (int k = 0; k < 5000; ++k) v.push_back(k);
+      v.resize(10);
+      v.shrink_to_fit();
+    }
+    b.deallocate(b.allocate(48), 16);  // reported, then freed
+    b.deallocate(b.allocate(std::size_t{5} << 20), 1);
   });
 }
 
@@ -1263,32 +1258,24 @@ TEST(general_allocator_debug, a_release_of_another_alignment_is_reported) {
   a.free(plain, family::array_new, 24);
   a.free(huge, family::scalar_new, 0, 128);
   a.deallocate(block, 40, 64);
-  // The leak report stops threads with ptrace, after which LeakSanitizer cannot: in a child.
-  in_fresh_process([] {
-    general_allocator::options o = debug_options();
-    o.abort_on_error = false;
-    general_allocator::leak_summary summary;
-    const std::string text = capture_report(o, [&](general_allocator& b) {
-      memkit::allocator& i = b;
-      b.free(b.allocate(40, 64, family::scalar_new, 64), family::scalar_new, 40, 64);
-      b.free(b.allocate(40, 16, family::array_new, 8), family::array_new, 0, 8);
-      b.free(b.allocate(40, 16, family::scalar_new), family::scalar_new, 40);
-      b.free(b.allocate(40, 16, family::malloc), family::malloc);  // C free names no alignment
-      b.free(b.allocate(40, 4096), family::any);
-      i.deallocate(i.allocate(40, 8), 40);  // both at least default_alignment
-      i.deallocate(i.allocate(40, 256), 40, 256);
-      b.free(b.allocate(std::size_t{5} << 20, 4096, family::array_new, 4096), family::array_new, 0, 4096);
-      {
-        memkit::vector<cache_line> v(b);
-        for (int k = 0; k < 1000; ++k) v.push_back(cache_line{});
-        v.resize(10);
-        v.shrink_to_fit();
-      }
-      b.free(b.allocate(48, 64, family::scalar_new, 64), family::scalar_new, 48);  // reported, then freed
-      b.deallocate(b.allocate(std::size_t{5} << 20, 64), std::size_t{5} << 20, 16);
-      (void)b.report_leaks(b.current_options().report_fd, summary);
-    });
-    expect_the_two_mismatch_reports_only(text, summary);
+  expect_the_two_mismatch_reports_only([](general_allocator& b) {
+    memkit::allocator& i = b;
+    b.free(b.allocate(40, 64, family::scalar_new, 64), family::scalar_new, 40, 64);
+    b.free(b.allocate(40, 16, family::array_new, 8), family::array_new, 0, 8);
+    b.free(b.allocate(40, 16, family::scalar_new), family::scalar_new, 40);
+    b.free(b.allocate(40, 16, family::malloc), family::malloc);  // C free names no alignment
+    b.free(b.allocate(40, 4096), family::any);
+    i.deallocate(i.allocate(40, 8), 40);  // both at least default_alignment
+    i.deallocate(i.allocate(40, 256), 40, 256);
+    b.free(b.allocate(std::size_t{5} << 20, 4096, family::array_new, 4096), family::array_new, 0, 4096);
+    {
+      memkit::vector<cache_line> v(b);
+      for (int k = 0; k < 1000; ++k) v.push_back(cache_line{});
+      v.resize(10);
+      v.shrink_to_fit();
+    }
+    b.free(b.allocate(48, 64, family::scalar_new, 64), family::scalar_new, 48);  // reported, then freed
+    b.deallocate(b.allocate(std::size_t{5} << 20, 64), std::size_t{5} << 20, 16);
   });
 }
 
