@@ -235,6 +235,42 @@ TEST(general_allocator_debug, the_canary_covers_the_whole_slot_up_to_the_next_bl
   a.free(next);
 }
 
+// Before a page's first block lies the page's guard (its first slot, never handed out, the
+// canary where it ends), so that a write just before that block is found as one before any other
+// block is, on the canary of the block before it. A pointer into the guard is no block.
+TEST(general_allocator_debug, a_write_before_a_pages_first_block_lands_on_its_guard) {
+  constexpr char canary = static_cast<char>(general_allocator::canary_byte);
+  general_allocator a(debug_options());
+  auto* first = static_cast<char*>(a.allocate(24));  // a fresh page's first block, in a 48-byte slot
+  auto* second = static_cast<char*>(a.allocate(24));
+  ASSERT_EQ(second, first + 48) << "the test needs the two blocks side by side";
+  first[-1] = 'x';
+  EXPECT_DEATH(a.free(first), output_matching("memkit: heap buffer underflow: the canary before the 24-byte block at "
+                                              "0x[0-9a-f]+ was overwritten \\(1 byte before its start is 0x78\\)\n"
+                                              "  freed at:\n    #0.*  block allocated at:\n    #0"));
+  first[-1] = canary;
+  first[-48] = 'y';  // the guard is the whole 48-byte slot
+  EXPECT_DEATH(a.free(first), output_matching("\\(48 bytes before its start is 0x79\\)\n"));
+  first[-48] = canary;
+  EXPECT_DEATH(a.free(first - 48), output_matching("memkit: free of a pointer this allocator did not allocate"));
+  // A 5,000-byte block (a 5 KiB slot) and a 60,000-byte one (a 64 KiB slot, whose last 4 KiB are
+  // the guard).
+  auto* medium = static_cast<char*>(a.allocate(5000));
+  medium[-1] = 'z';
+  EXPECT_DEATH(a.free(medium), output_matching("the canary before the 5000-byte block at 0x[0-9a-f]+ was overwritten "
+                                               "\\(1 byte before its start is 0x7a\\)"));
+  medium[-1] = canary;
+  auto* large = static_cast<char*>(a.allocate(60000));
+  large[-4096] = 'z';
+  EXPECT_DEATH(a.free(large), output_matching("the canary before the 60000-byte block at 0x[0-9a-f]+ was overwritten "
+                                              "\\(4096 bytes before its start is 0x7a\\)"));
+  large[-4096] = canary;
+  a.free(large);
+  a.free(medium);
+  a.free(first);
+  a.free(second);
+}
+
 TEST(general_allocator_debug, write_after_free_is_reported_when_the_block_is_reused) {
   general_allocator::options o = debug_options();
   o.quarantine_bytes = 0;  // reused at once
@@ -903,6 +939,33 @@ TEST(general_allocator_debug, the_leak_check_finds_an_overflow_of_a_live_block) 
     a.free(small);
   });
   EXPECT_NE(short_canary.find("the canary after the 20-byte block at 0x"), std::string::npos) << short_canary;
+  });
+}
+
+// The leak check reads the guard before each page's first block while that block is live, as it
+// reads the canaries: reported once (the guard is written again).
+TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_first_block) {
+  if (under_thread_sanitizer) GTEST_SKIP() << "live canaries are checked with no other thread running";
+  in_fresh_process([] {
+    general_allocator::options o = debug_options();
+    o.abort_on_error = false;
+    const std::string text = capture_report(o, [&](general_allocator& a) {
+      auto* first = static_cast<char*>(a.allocate(24));
+      first[-2] = 1;
+      (void)a.report_leaks(a.current_options().report_fd);
+      (void)a.report_leaks(a.current_options().report_fd);
+      a.free(first);
+    });
+    const std::regex live("memkit: heap buffer underflow: the canary before the 24-byte block at 0x[0-9a-f]+ was "
+                          "overwritten \\(2 bytes before its start is 0x01\\), found by the leak check while the block "
+                          "is live\n  block allocated at:\n    #0 0x");
+    EXPECT_TRUE(std::regex_search(text, live)) << text;
+    std::size_t reports = 0;
+    for (std::size_t at = text.find("heap buffer underflow"); at != std::string::npos;
+         at = text.find("heap buffer underflow", at + 1)) {
+      ++reports;
+    }
+    EXPECT_EQ(reports, 1u) << text;
   });
 }
 

@@ -291,6 +291,8 @@ const seeded_bug corpus[] = {
     {"canary_overflow", "heap buffer overflow", "write_past_the_end", true},
     {"overflow_never_freed", "heap buffer overflow: the canary after the 24-byte block at 0x", "fill_one_too_many", true},
     {"write_before_the_start", "1 byte before the next block at 0x", "write_before_the_start", true},
+    {"write_before_the_first_block", "heap buffer underflow: the canary before the 5000-byte block at 0x",
+     "write_before_the_first_block", true},
     {"write_after_free", "use after free", "write_after_free", true},
     {"realloc_freed", "realloc of a freed pointer", "realloc_after_free", true},
     {"usable_size_freed", "malloc_usable_size of a freed pointer", "ask_size_after_free", true},

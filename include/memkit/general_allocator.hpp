@@ -29,8 +29,8 @@
 //    allocation, first-free and second-free traces), frees of pointers it does not own or of
 //    interior pointers, a deallocate() or sized delete of another size than the block's, a
 //    release naming another alignment than its allocation did, overwritten canaries after a
-//    block, writes to freed memory (found when the block leaves the quarantine of freed blocks or
-//    is reused) and leaks. Every check is O(1) per operation.
+//    block (and before a page's first block), writes to freed memory (found when the block leaves
+//    the quarantine of freed blocks or is reused) and leaks. Every check is O(1) per operation.
 //
 // Every function is thread-safe unless its comment says otherwise, and nothing here calls malloc,
 // so the allocator can BE malloc. (One exception, in debug mode with stack traces: the first

@@ -260,6 +260,10 @@ std::size_t page_canary_end(const general_allocator::options& o, std::size_t req
   return std::min(slot, requested + std::max(o.canary_bytes, max_page_canary));
 }
 
+// The guard before a debug page's first block: the end of the page's first slot, at most
+// max_page_canary bytes, as a canary after a block.
+std::size_t page_guard_bytes(const page* pg) noexcept { return std::min<std::size_t>(pg->block_size, max_page_canary); }
+
 std::size_t huge_canary_end(const general_allocator::options& o, const segment* s) noexcept {
   return std::min(s->huge_requested + o.canary_bytes, s->huge_size);
 }
@@ -298,6 +302,25 @@ void report_overflow(const general_allocator::options& o, const void* p, std::si
             requested, diagnostics::address(p), past, byte, before_next,
             released != nullptr ? "" : ", found by the leak check while the block is live");
   out.number("offset", requested + past);
+  if (released != nullptr) out.stack("freed at", released->frames, released->count, captured);
+  out.stack("block allocated at", alloc_frames, alloc_count, captured);
+  out.end();
+  diagnostics::finish_misuse_report(o.abort_on_error);
+}
+
+// A write `before` bytes before a page's first block, found on the page's guard: as
+// report_overflow(), for the block the write came before.
+void report_underflow(const general_allocator::options& o, const void* p, std::size_t requested, std::size_t before,
+                      const current_trace* released, bool captured, void* const* alloc_frames,
+                      std::size_t alloc_count) noexcept {
+  const unsigned char byte = static_cast<const unsigned char*>(p)[-static_cast<std::ptrdiff_t>(before)];
+  report_writer out = misuse_writer(o);
+  out.begin("heap-buffer-underflow", p, requested,
+            "heap buffer underflow: the canary before the %zu-byte block at " MEMKIT_ADDRESS " was overwritten "
+            "(%zu byte%s before its start is 0x%02x)%s",
+            requested, diagnostics::address(p), before, before == 1 ? "" : "s", byte,
+            released != nullptr ? "" : ", found by the leak check while the block is live");
+  out.number("bytes_before", before);
   if (released != nullptr) out.stack("freed at", released->frames, released->count, captured);
   out.stack("block allocated at", alloc_frames, alloc_count, captured);
   out.end();
@@ -589,6 +612,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
     report_overflow(o, p, requested, past, bs, &now, captured, alloc_frames_of(pg, r), r->alloc_frames);
   }
+  if (index == 1) check_page_guard(pg, true);  // the page's first block: the guard before it
   r->state = freed;
   live_sizes(pg)[index] = 0;
   r->free_frames = static_cast<std::uint8_t>(
@@ -684,6 +708,42 @@ void general_allocator::impl::check_quarantine() noexcept {
 // A live block whose canary the leak scan found overwritten (leaks.cpp): one report (then the
 // canary is written again, so that the block's free does not report it a second time), or nothing
 // when its canary is intact by now (a block the scan listed twice).
+void general_allocator::impl::fill_page_guard(page* pg) noexcept {
+  if (first_block_index(pg) == 0 || self->options_.canary_bytes == 0) return;
+  const std::size_t n = page_guard_bytes(pg);
+  std::memset(pg->start + pg->block_size - n, canary_byte, n);
+}
+
+void general_allocator::impl::check_page_guard(page* pg, bool freeing) noexcept {
+  const options& o = self->options_;
+  if (first_block_index(pg) == 0 || o.canary_bytes == 0) return;
+  const std::size_t n = page_guard_bytes(pg);
+  auto* first = reinterpret_cast<unsigned char*>(pg->start) + pg->block_size;
+  std::size_t before = 1;
+  while (before <= n && first[-static_cast<std::ptrdiff_t>(before)] == canary_byte) ++before;
+  if (before > n) return;
+  debug_record* r = record_at(pg, 1);
+  const bool captured = pg->record_frames != 0;
+  current_trace now;
+  if (freeing && captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
+  report_underflow(o, first, r->requested, before, freeing ? &now : nullptr, captured, alloc_frames_of(pg, r),
+                   r->alloc_frames);
+  std::memset(first - n, canary_byte, n);  // reported once
+}
+
+void general_allocator::impl::check_live_page_guards() noexcept {
+  for (heap* h = heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+    for (segment* s = h->segments; s != nullptr; s = s->next) {
+      for (unsigned i = 0; i < s->page_count; ++i) {
+        page* pg = &s->pages[i];
+        if (pg->in_use && first_block_index(pg) == 1 && pg->capacity > 1 && live_sizes(pg)[1] != 0) {
+          check_page_guard(pg, false);
+        }
+      }
+    }
+  }
+}
+
 void general_allocator::impl::report_live_overflow(const void* p) noexcept {
   const options& o = self->options_;
   segment* s = segment_of(p);

@@ -266,6 +266,12 @@ inline std::uint32_t* live_sizes(const page* pg) noexcept {
   return reinterpret_cast<std::uint32_t*>(pg->records + std::size_t{pg->reserved} * pg->record_size);
 }
 
+// Debug mode keeps the first slot of a page of two blocks or more as a guard, never handed out and
+// filled with the canary where it ends, so that a write just before the page's first block (an
+// underflow, which before any other block lands on the canary of the block before it) is found
+// too. The index of the first block handed out.
+inline std::size_t first_block_index(const page* pg) noexcept { return pg->debug && pg->reserved >= 2 ? 1 : 0; }
+
 // A local free is a plain list push when the page is neither full nor a debug page: both flags
 // read as one 16-bit load (one compare on the free fast path instead of two).
 inline bool local_free_is_plain(const page* pg) noexcept {
@@ -494,6 +500,11 @@ struct general_allocator::impl {
   void flush_quarantine() noexcept;
   void check_quarantine() noexcept;
   void report_live_overflow(const void* p) noexcept;  // a live block's canary, found overwritten
+  // The guard before a debug page's first block (first_block_index()): written when the page is
+  // prepared; checked when that block is freed and, while it is live, by the leak check.
+  void fill_page_guard(gpa::page* pg) noexcept;
+  void check_page_guard(gpa::page* pg, bool freeing) noexcept;
+  void check_live_page_guards() noexcept;  // the leak check's, with no other thread running
   bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
   bool report_interior_of_huge(const void* p) noexcept;
   // leaks.cpp: the reachability scan and the grouped leak report. `registers`, the caller's

@@ -239,6 +239,8 @@ class leak_scanner {
   // block's size and its canary.
   const unsigned char* const* overflowed() const noexcept { return overflowed_; }
   std::size_t overflowed_count() const noexcept { return overflowed_count_; }
+  // Whether the scan checked the canaries (and so may the pages' guards: no other thread runs).
+  bool checked_canaries() const noexcept { return canary_check_bytes_ != 0; }
   // Bytes read as roots by mark_reachable(): everything it scanned before the blocks.
   std::size_t root_bytes() const noexcept { return root_bytes_; }
   // Phase 1: everything reachable from the roots.
@@ -1608,6 +1610,7 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* regi
   scanner.mark_reachable(registers, register_bytes, saved, saved_bytes, stack_low);
   scanner.mark_lost();
   for (std::size_t i = 0; i < scanner.overflowed_count(); ++i) report_live_overflow(scanner.overflowed()[i]);
+  if (scanner.checked_canaries()) check_live_page_guards();
   const std::uint64_t scanned = os::thread_cpu_ns();
   const std::size_t lost = scanner.report(fd, summary);
   summary.root_bytes = scanner.root_bytes();

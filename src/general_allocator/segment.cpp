@@ -241,14 +241,17 @@ bool prepare_page(general_allocator::impl& im, page* pg, std::size_t cls, bool d
   pg->block_size = static_cast<std::uint32_t>(bs);
   pg->reciprocal = ~std::uint64_t{0} / bs + 1;
   pg->reserved = static_cast<std::uint32_t>(page_area_bytes(pg) / bs);
-  pg->capacity = 0;
   pg->used = 0;
   pg->free = nullptr;
   pg->thread_free.store(0, std::memory_order_relaxed);
   pg->in_full = false;
   pg->debug = debug;
+  pg->capacity = static_cast<std::uint32_t>(first_block_index(pg));  // a debug page's guard is never carved
   pg->next = pg->prev = nullptr;
-  return !debug || im.setup_records(pg);
+  if (!debug) return true;
+  if (!im.setup_records(pg)) return false;
+  im.fill_page_guard(pg);
+  return true;
 }
 
 }  // namespace
