@@ -705,9 +705,6 @@ void general_allocator::impl::check_quarantine() noexcept {
   for (std::size_t i = 0; i < found; ++i) (void)check_freed_fill(page_of(segment_of(written[i]), written[i]), written[i], 0);
 }
 
-// A live block whose canary the leak scan found overwritten (leaks.cpp): one report (then the
-// canary is written again, so that the block's free does not report it a second time), or nothing
-// when its canary is intact by now (a block the scan listed twice).
 void general_allocator::impl::fill_page_guard(page* pg) noexcept {
   if (first_block_index(pg) == 0 || self->options_.canary_bytes == 0) return;
   const std::size_t n = page_guard_bytes(pg);
@@ -744,6 +741,9 @@ void general_allocator::impl::check_live_page_guards() noexcept {
   }
 }
 
+// A live block whose canary the leak scan found overwritten (leaks.cpp): one report (then the
+// canary is written again, so that the block's free does not report it a second time), or nothing
+// when its canary is intact by now (a block the scan listed twice).
 void general_allocator::impl::report_live_overflow(const void* p) noexcept {
   const options& o = self->options_;
   segment* s = segment_of(p);
