@@ -186,11 +186,11 @@ class general_allocator final : public allocator {
   void free(void* p) noexcept;
   // allocator::deallocate without the virtual call: the size and alignment are not needed, but
   // debug mode reports a size other than the block's (there, allocate_at_least and usable_size
-  // report exactly the requested size, and resize changes it) or an alignment other than the one
-  // it was allocated with (both taken as at least default_alignment), then frees the block.
+  // report exactly the requested size, and resize changes it), then frees the block.
   void deallocate(void* p, std::size_t size, std::size_t alignment = default_alignment) noexcept {
+    (void)alignment;
     if (MEMKIT_LIKELY(!options_.debug)) return free(p);
-    free_in_family(p, allocation_family::any, size == 0 ? 1 : size, alignment == 0 ? 1 : alignment);
+    free_in_family(p, allocation_family::any, size == 0 ? 1 : size, 0);
   }
   // Bytes usable in the block at `p` (at least the requested size); 0 for null. In debug mode,
   // exactly the requested size, so writing past it is caught by the canary.

@@ -110,21 +110,18 @@ bool is_new_family(std::uint8_t family) noexcept {
 }
 
 // The flags a block allocated through `family` records (see alignment_flags()).
-std::uint8_t allocation_flags(general_allocator::allocation_family family, std::size_t alignment,
-                              std::size_t new_alignment) noexcept {
+std::uint8_t allocation_flags(general_allocator::allocation_family family, std::size_t new_alignment) noexcept {
   const auto f = static_cast<std::uint8_t>(family);
-  return static_cast<std::uint8_t>(
-      f | alignment_flags(is_new_family(f) ? new_alignment : std::max(alignment, default_alignment)));
+  return static_cast<std::uint8_t>(f | alignment_flags(is_new_family(f) ? new_alignment : 0));
 }
 
-// Whether a release of the block with `flags` through `wanted` with `alignment` names another
-// alignment than its allocation did: an operator delete or delete[] of a block from operator new
-// or new[] (the std::align_val_t of each, or none: another family is a family mismatch instead),
-// or deallocate(), at default_alignment at least on both sides. C free names none.
+// Whether an operator delete or delete[] of a block from operator new or new[] names another
+// alignment than the new did (the std::align_val_t of each, or none; another family is a family
+// mismatch instead). (deallocate()'s alignment is not compared: C code hands blocks from
+// aligned_alloc to a sized release without one, and an in-place realloc keeps the block's first
+// alignment, so that the C++ interface's fuzz harness, a sound user, was reported.)
 bool is_other_alignment(std::uint8_t flags, std::uint8_t wanted, std::size_t alignment) noexcept {
-  if (is_new_family(wanted)) return is_new_family(flags & family_mask) && named_alignment(flags) != alignment;
-  if (wanted != 0 || alignment == 0) return false;
-  return std::max(named_alignment(flags), default_alignment) != std::max(alignment, default_alignment);
+  return is_new_family(wanted) && is_new_family(flags & family_mask) && named_alignment(flags) != alignment;
 }
 
 // The family of the global operator new (`release`: delete) whose frame is frames[0], the caller
@@ -150,7 +147,7 @@ struct release_mismatch {
   std::size_t size;            // the size it passed (0: none)
   bool wrong_size;
   std::size_t had_alignment;   // named_alignment() of the block's flags
-  std::size_t alignment;       // the alignment the release passed
+  std::size_t alignment;       // the alignment an operator delete passed (0: none)
   bool wrong_alignment;
   bool any() const noexcept { return is_other_family(had, wanted) || wrong_size || wrong_alignment; }
 };
@@ -194,7 +191,7 @@ void name_with_alignment(char (&out)[64], const char* function, std::size_t alig
 // ...) or, through a sized operator delete, with another size than it was allocated with (a delete
 // through a base class without a virtual destructor), or through deallocate(p, size) with another
 // size (a container that lost track of its capacity), or with another alignment (an aligned new
-// released by a plain delete, or the reverse; deallocate() told another alignment): one report,
+// released by a plain delete, or the reverse): one report,
 // headed by the first of these that applies; the caller then frees the block as asked, as memcheck
 // does, rather than keep it and report it again as a leak at exit.
 void report_wrong_release(const general_allocator::options& o, const void* p, std::size_t requested,
@@ -202,9 +199,6 @@ void report_wrong_release(const general_allocator::options& o, const void* p, st
                           std::size_t alloc_count, bool captured) noexcept {
   report_writer out = misuse_writer(o);
   const bool deallocate = m.wanted == 0;
-  // deallocate()'s alignments as compared: at least default_alignment.
-  const std::size_t had_alignment = deallocate ? std::max(m.had_alignment, default_alignment) : m.had_alignment;
-  const std::size_t alignment = deallocate ? std::max(m.alignment, default_alignment) : m.alignment;
   if (is_other_family(m.had, m.wanted)) {
     out.begin("mismatched-free", p, requested,
               "mismatched free: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released with %s",
@@ -219,16 +213,11 @@ void report_wrong_release(const general_allocator::options& o, const void* p, st
               "mismatched delete size: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released "
               "with a sized %s of %zu bytes",
               requested, diagnostics::address(p), family_allocator_name(m.had), family_release_name(m.wanted), m.size);
-  } else if (deallocate) {
-    out.begin("mismatched-deallocate-alignment", p, requested,
-              "mismatched deallocate alignment: the %zu-byte block at " MEMKIT_ADDRESS " was allocated aligned to %zu "
-              "bytes and released with deallocate aligned to %zu bytes",
-              requested, diagnostics::address(p), had_alignment, alignment);
   } else {
     char allocated[64];
     char released[64];
-    name_with_alignment(allocated, family_allocator_name(m.had), had_alignment);
-    name_with_alignment(released, family_release_name(m.wanted), alignment);
+    name_with_alignment(allocated, family_allocator_name(m.had), m.had_alignment);
+    name_with_alignment(released, family_release_name(m.wanted), m.alignment);
     out.begin("mismatched-delete-alignment", p, requested,
               "mismatched delete alignment: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and "
               "released with %s",
@@ -236,8 +225,8 @@ void report_wrong_release(const general_allocator::options& o, const void* p, st
   }
   if (m.wrong_size) out.number("released_size", m.size);
   if (m.wrong_alignment) {
-    out.number("allocated_alignment", had_alignment);
-    out.number("released_alignment", alignment);
+    out.number("allocated_alignment", m.had_alignment);
+    out.number("released_alignment", m.alignment);
   }
   if (!deallocate) {
     out.word("allocated_with", family_allocator_name(m.had));
@@ -367,7 +356,7 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
   const std::size_t a = alignment < default_alignment ? default_alignment : alignment;
   const std::size_t need = size + canary;
   if (family == allocation_family::any) family = allocation_family::malloc;
-  const std::uint8_t flags = allocation_flags(family, alignment, new_alignment);
+  const std::uint8_t flags = allocation_flags(family, new_alignment);
   if (alignment <= max_class_alignment && need <= large_max && detail::align_up(need, a) <= large_max) {
     heap* h = current_heap(this);
     if (h == nullptr) return nullptr;

@@ -170,9 +170,8 @@ struct debug_record {
   std::uint8_t flags;          // the block's general_allocator::allocation_family (family_mask)
 };
 inline constexpr std::uint8_t family_mask = 3;  // of debug_record::flags and segment::huge_flags
-// The rest of the same flags: the alignment the allocation named, as its log2 + 1 (0: none). For
-// operator new and new[], the std::align_val_t of an aligned form, none for the plain forms; for
-// the other families, the alignment asked for, at least default_alignment.
+// The rest of the same flags: the std::align_val_t an aligned operator new or new[] was called
+// with, as its log2 + 1 (0: none, for the plain forms and every other family).
 inline constexpr unsigned alignment_shift = 2;
 constexpr std::uint8_t alignment_flags(std::size_t alignment) noexcept {
   if (alignment == 0) return 0;
@@ -484,8 +483,7 @@ struct general_allocator::impl {
                        general_allocator::allocation_family family = general_allocator::allocation_family::malloc,
                        std::size_t new_alignment = 0) noexcept;
   // `size`: what a sized operator delete passed, checked against the block's; 0 when not known.
-  // `alignment`: an aligned operator delete's std::align_val_t, 0 for a plain one; deallocate()'s
-  // alignment (family any); 0 for free().
+  // `alignment`: an aligned operator delete's std::align_val_t, 0 for a plain one (and for free).
   void debug_free(void* p, general_allocator::allocation_family family = general_allocator::allocation_family::any,
                   std::size_t size = 0, std::size_t alignment = 0) noexcept;
   std::size_t debug_usable_size(const void* p) const noexcept;
