@@ -191,9 +191,9 @@ void name_with_alignment(char (&out)[64], const char* function, std::size_t alig
 // ...) or, through a sized operator delete, with another size than it was allocated with (a delete
 // through a base class without a virtual destructor), or through deallocate(p, size) with another
 // size (a container that lost track of its capacity), or with another alignment (an aligned new
-// released by a plain delete, or the reverse): one report,
-// headed by the first of these that applies; the caller then frees the block as asked, as memcheck
-// does, rather than keep it and report it again as a leak at exit.
+// released by a plain delete, or the reverse): one report, headed by the first of these that
+// applies; the caller then frees the block as asked, as memcheck does, rather than keep it and
+// report it again as a leak at exit.
 void report_wrong_release(const general_allocator::options& o, const void* p, std::size_t requested,
                           const release_mismatch& m, const current_trace& now, void* const* alloc_frames,
                           std::size_t alloc_count, bool captured) noexcept {
@@ -270,6 +270,16 @@ std::size_t overwritten_canary(const unsigned char* block, std::size_t requested
   return i - requested;
 }
 
+// The end of a report of an overwritten canary (after a block or before it): where the block was
+// freed (null: live, found by the leak check), where it was allocated.
+void finish_canary_report(const general_allocator::options& o, report_writer& out, const current_trace* released,
+                          bool captured, void* const* alloc_frames, std::size_t alloc_count) noexcept {
+  if (released != nullptr) out.stack("freed at", released->frames, released->count, captured);
+  out.stack("block allocated at", alloc_frames, alloc_count, captured);
+  out.end();
+  diagnostics::finish_misuse_report(o.abort_on_error);
+}
+
 // An overwritten canary: what was written there and how the block was found (released at `now`,
 // or live when the leak check looked), then where it was allocated. A byte in the last 16 of a
 // page block's slot (`slot`; 0 for a huge block) is named by its distance to the next slot too: the
@@ -291,10 +301,7 @@ void report_overflow(const general_allocator::options& o, const void* p, std::si
             requested, diagnostics::address(p), past, byte, before_next,
             released != nullptr ? "" : ", found by the leak check while the block is live");
   out.number("offset", requested + past);
-  if (released != nullptr) out.stack("freed at", released->frames, released->count, captured);
-  out.stack("block allocated at", alloc_frames, alloc_count, captured);
-  out.end();
-  diagnostics::finish_misuse_report(o.abort_on_error);
+  finish_canary_report(o, out, released, captured, alloc_frames, alloc_count);
 }
 
 // A write `before` bytes before a page's first block, found on the page's guard: as
@@ -310,10 +317,7 @@ void report_underflow(const general_allocator::options& o, const void* p, std::s
             requested, diagnostics::address(p), before, before == 1 ? "" : "s", byte,
             released != nullptr ? "" : ", found by the leak check while the block is live");
   out.number("bytes_before", before);
-  if (released != nullptr) out.stack("freed at", released->frames, released->count, captured);
-  out.stack("block allocated at", alloc_frames, alloc_count, captured);
-  out.end();
-  diagnostics::finish_misuse_report(o.abort_on_error);
+  finish_canary_report(o, out, released, captured, alloc_frames, alloc_count);
 }
 
 }  // namespace
@@ -705,9 +709,10 @@ void general_allocator::impl::check_page_guard(page* pg, bool freeing) noexcept 
   if (first_block_index(pg) == 0 || o.canary_bytes == 0) return;
   const std::size_t n = page_guard_bytes(pg);
   auto* first = reinterpret_cast<unsigned char*>(pg->start) + pg->block_size;
+  if (overwritten_canary(first - n, 0, n) == n) return;  // intact, read a word at a time
+  // The overwritten byte nearest to the block: a write just before its start.
   std::size_t before = 1;
-  while (before <= n && first[-static_cast<std::ptrdiff_t>(before)] == canary_byte) ++before;
-  if (before > n) return;
+  while (first[-static_cast<std::ptrdiff_t>(before)] == canary_byte) ++before;
   debug_record* r = record_at(pg, 1);
   const bool captured = pg->record_frames != 0;
   current_trace now;
@@ -722,7 +727,7 @@ void general_allocator::impl::check_live_page_guards() noexcept {
     for (segment* s = h->segments; s != nullptr; s = s->next) {
       for (unsigned i = 0; i < s->page_count; ++i) {
         page* pg = &s->pages[i];
-        if (pg->in_use && first_block_index(pg) == 1 && pg->capacity > 1 && live_sizes(pg)[1] != 0) {
+        if (pg->in_use && first_block_index(pg) == 1 && live_sizes(pg)[1] != 0) {
           check_page_guard(pg, false);
         }
       }

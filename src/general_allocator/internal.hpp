@@ -167,7 +167,7 @@ struct debug_record {
   std::uint8_t state;          // record_state
   std::uint8_t alloc_frames;   // frames captured at allocation
   std::uint8_t free_frames;    // frames captured at the first free
-  std::uint8_t flags;          // the block's general_allocator::allocation_family (family_mask)
+  std::uint8_t flags;          // the block's allocation_family (family_mask), an aligned new's alignment
 };
 inline constexpr std::uint8_t family_mask = 3;  // of debug_record::flags and segment::huge_flags
 // The rest of the same flags: the std::align_val_t an aligned operator new or new[] was called
