@@ -271,6 +271,48 @@ TEST(general_allocator_debug, a_write_before_a_pages_first_block_lands_on_its_gu
   a.free(second);
 }
 
+// A huge block (a mapping of its own) has its guard in the padding between its header and its
+// start, so that a write just before it is found as one before a page's first block is; so does
+// one aligned beyond a page, and one grown in place.
+TEST(general_allocator_debug, a_write_before_a_huge_block_lands_on_its_guard) {
+  constexpr char canary = static_cast<char>(general_allocator::canary_byte);
+  constexpr std::size_t huge = std::size_t{5} << 20;
+  general_allocator a(debug_options());
+  auto* p = static_cast<char*>(a.allocate(huge));
+  p[-1] = 'x';
+  EXPECT_DEATH(a.free(p), output_matching("memkit: heap buffer underflow: the canary before the 5242880-byte block at "
+                                          "0x[0-9a-f]+ was overwritten \\(1 byte before its start is 0x78\\)\n"
+                                          "  freed at:\n    #0.*  block allocated at:\n    #0"));
+  p[-1] = canary;
+  p[-16] = 'y';
+  EXPECT_DEATH(a.free(p), output_matching("\\(16 bytes before its start is 0x79\\)\n"));
+  p[-16] = canary;
+  memkit::allocator& base = a;
+  ASSERT_TRUE(base.resize(p, huge, huge + 8192));  // grown in place: the guard stays
+  p[-3] = 'z';
+  EXPECT_DEATH(a.free(p), output_matching("the canary before the 5251072-byte block at 0x[0-9a-f]+ was overwritten "
+                                          "\\(3 bytes before its start is 0x7a\\)"));
+  p[-3] = canary;
+  a.free(p);
+  // Aligned to 1 MiB (the header padded to it) and to 8 MiB (4 MiB into its reservation).
+  for (const std::size_t alignment : {std::size_t{1} << 20, std::size_t{8} << 20}) {
+    auto* aligned = static_cast<char*>(a.allocate(huge, alignment));
+    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(aligned) % alignment, 0u);
+    aligned[-1] = 'w';
+    EXPECT_DEATH(a.free(aligned), output_matching("the canary before the 5242880-byte block at 0x[0-9a-f]+ was "
+                                                  "overwritten \\(1 byte before its start is 0x77\\)"));
+    aligned[-1] = canary;
+    a.free(aligned);
+  }
+  // No canaries, no guard: nothing is written before the block, nothing reported.
+  general_allocator::options plain = debug_options();
+  plain.canary_bytes = 0;
+  general_allocator b(plain);
+  auto* q = static_cast<char*>(b.allocate(huge));
+  EXPECT_NE(q[-1], canary);
+  b.free(q);
+}
+
 TEST(general_allocator_debug, write_after_free_is_reported_when_the_block_is_reused) {
   general_allocator::options o = debug_options();
   o.quarantine_bytes = 0;  // reused at once
@@ -959,6 +1001,32 @@ TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_first_b
     const std::regex live("memkit: heap buffer underflow: the canary before the 24-byte block at 0x[0-9a-f]+ was "
                           "overwritten \\(2 bytes before its start is 0x01\\), found by the leak check while the block "
                           "is live\n  block allocated at:\n    #0 0x");
+    EXPECT_TRUE(std::regex_search(text, live)) << text;
+    std::size_t reports = 0;
+    for (std::size_t at = text.find("heap buffer underflow"); at != std::string::npos;
+         at = text.find("heap buffer underflow", at + 1)) {
+      ++reports;
+    }
+    EXPECT_EQ(reports, 1u) << text;
+  });
+}
+
+// And the guard before each live huge block.
+TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_huge_block) {
+  if (under_thread_sanitizer) GTEST_SKIP() << "live canaries are checked with no other thread running";
+  in_fresh_process([] {
+    general_allocator::options o = debug_options();
+    o.abort_on_error = false;
+    const std::string text = capture_report(o, [&](general_allocator& a) {
+      auto* p = static_cast<char*>(a.allocate(std::size_t{6} << 20));
+      p[-5] = 2;
+      (void)a.report_leaks(a.current_options().report_fd);
+      (void)a.report_leaks(a.current_options().report_fd);
+      a.free(p);
+    });
+    const std::regex live("memkit: heap buffer underflow: the canary before the 6291456-byte block at 0x[0-9a-f]+ was "
+                          "overwritten \\(5 bytes before its start is 0x02\\), found by the leak check while the "
+                          "block is live\n  block allocated at:\n    #0 0x");
     EXPECT_TRUE(std::regex_search(text, live)) << text;
     std::size_t reports = 0;
     for (std::size_t at = text.find("heap buffer underflow"); at != std::string::npos;

@@ -304,8 +304,8 @@ void report_overflow(const general_allocator::options& o, const void* p, std::si
   finish_canary_report(o, out, released, captured, alloc_frames, alloc_count);
 }
 
-// A write `before` bytes before a page's first block, found on the page's guard: as
-// report_overflow(), for the block the write came before.
+// A write `before` bytes before a block, found on the guard before it (a page's first block, a huge
+// block): as report_overflow(), for the block the write came before.
 void report_underflow(const general_allocator::options& o, const void* p, std::size_t requested, std::size_t before,
                       const current_trace* released, bool captured, void* const* alloc_frames,
                       std::size_t alloc_count) noexcept {
@@ -318,6 +318,30 @@ void report_underflow(const general_allocator::options& o, const void* p, std::s
             released != nullptr ? "" : ", found by the leak check while the block is live");
   out.number("bytes_before", before);
   finish_canary_report(o, out, released, captured, alloc_frames, alloc_count);
+}
+
+// The guard before a huge block: the end of the padding between its segment header and the block,
+// at most max_page_canary bytes (none when canaries are off, or where the header leaves no room).
+std::size_t huge_guard_bytes(const general_allocator::options& o, const segment* s) noexcept {
+  if (o.canary_bytes == 0) return 0;
+  return std::min(s->huge_offset - sizeof(segment), max_page_canary);
+}
+
+// The `n`-byte guard before `block`: when a byte of it is no longer the canary, reports an
+// underflow of the block (released here when `freeing`, else found by the leak check) and writes
+// the guard again, so that it is reported once.
+void check_guard_before(const general_allocator::options& o, unsigned char* block, std::size_t n,
+                        std::size_t requested, bool freeing, std::size_t frames, void* const* alloc_frames,
+                        std::size_t alloc_count) noexcept {
+  if (overwritten_canary(block - n, 0, n) == n) return;  // intact, read a word at a time
+  // The overwritten byte nearest to the block: a write just before its start.
+  std::size_t before = 1;
+  while (block[-static_cast<std::ptrdiff_t>(before)] == general_allocator::canary_byte) ++before;
+  const bool captured = frames != 0;
+  current_trace now;
+  if (freeing && captured) now.count = detail::capture_stack_trace(now.frames, frames, report_skip);
+  report_underflow(o, block, requested, before, freeing ? &now : nullptr, captured, alloc_frames, alloc_count);
+  std::memset(block - n, general_allocator::canary_byte, n);
 }
 
 }  // namespace
@@ -395,6 +419,8 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
       frames != 0 ? detail::capture_stack_trace(s->huge_frames, frames, report_skip) : 0);
   s->pages[0].record_frames = static_cast<std::uint16_t>(frames);
   std::memset(static_cast<unsigned char*>(p) + size, canary_byte, canary);
+  const std::size_t guard = huge_guard_bytes(o, s);
+  std::memset(static_cast<unsigned char*>(p) - guard, canary_byte, guard);
   return p;
 }
 
@@ -525,6 +551,8 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
         capture_now();
         report_overflow(o, p, s->huge_requested, past, 0, &now, captured, s->huge_frames, s->huge_alloc_frames);
       }
+      check_guard_before(o, c, huge_guard_bytes(o, s), s->huge_requested, true, pg.record_frames, s->huge_frames,
+                         s->huge_alloc_frames);
       // Kept in the header while the block sits in the cache, for a later double-free report.
       s->huge_free_frames = static_cast<std::uint8_t>(
           captured ? detail::capture_stack_trace(s->huge_frames + max_stack_frames, pg.record_frames, report_skip) : 0);
@@ -707,22 +735,12 @@ void general_allocator::impl::fill_page_guard(page* pg) noexcept {
 void general_allocator::impl::check_page_guard(page* pg, bool freeing) noexcept {
   const options& o = self->options_;
   if (first_block_index(pg) == 0 || o.canary_bytes == 0) return;
-  const std::size_t n = page_guard_bytes(pg);
-  auto* first = reinterpret_cast<unsigned char*>(pg->start) + pg->block_size;
-  if (overwritten_canary(first - n, 0, n) == n) return;  // intact, read a word at a time
-  // The overwritten byte nearest to the block: a write just before its start.
-  std::size_t before = 1;
-  while (first[-static_cast<std::ptrdiff_t>(before)] == canary_byte) ++before;
   debug_record* r = record_at(pg, 1);
-  const bool captured = pg->record_frames != 0;
-  current_trace now;
-  if (freeing && captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
-  report_underflow(o, first, r->requested, before, freeing ? &now : nullptr, captured, alloc_frames_of(pg, r),
-                   r->alloc_frames);
-  std::memset(first - n, canary_byte, n);  // reported once
+  check_guard_before(o, reinterpret_cast<unsigned char*>(pg->start) + pg->block_size, page_guard_bytes(pg), r->requested,
+                     freeing, pg->record_frames, alloc_frames_of(pg, r), r->alloc_frames);
 }
 
-void general_allocator::impl::check_live_page_guards() noexcept {
+void general_allocator::impl::check_live_guards() noexcept {
   for (heap* h = heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     for (segment* s = h->segments; s != nullptr; s = s->next) {
       for (unsigned i = 0; i < s->page_count; ++i) {
@@ -732,6 +750,14 @@ void general_allocator::impl::check_live_page_guards() noexcept {
         }
       }
     }
+  }
+  const options& o = self->options_;
+  if (o.canary_bytes == 0) return;
+  lock_guard guard(lock);  // (reports go out under it: the other threads are stopped)
+  for (segment* s = huge_live; s != nullptr; s = s->next) {
+    if (!s->pages[0].debug) continue;
+    check_guard_before(o, reinterpret_cast<unsigned char*>(s->pages[0].start), huge_guard_bytes(o, s), s->huge_requested,
+                       false, s->pages[0].record_frames, s->huge_frames, s->huge_alloc_frames);
   }
 }
 

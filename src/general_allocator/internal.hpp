@@ -499,10 +499,11 @@ struct general_allocator::impl {
   void check_quarantine() noexcept;
   void report_live_overflow(const void* p) noexcept;  // a live block's canary, found overwritten
   // The guard before a debug page's first block (first_block_index()): written when the page is
-  // prepared; checked when that block is freed and, while it is live, by the leak check.
+  // prepared; checked when that block is freed and, while it is live, by the leak check. (A huge
+  // block's guard, in the padding after its header, is written and checked by debug.cpp alone.)
   void fill_page_guard(gpa::page* pg) noexcept;
   void check_page_guard(gpa::page* pg, bool freeing) noexcept;
-  void check_live_page_guards() noexcept;  // the leak check's, with no other thread running
+  void check_live_guards() noexcept;  // the leak check's, of live blocks, with no other thread running
   bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
   bool report_interior_of_huge(const void* p) noexcept;
   // leaks.cpp: the reachability scan and the grouped leak report. `registers`, the caller's

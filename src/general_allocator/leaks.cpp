@@ -1610,7 +1610,7 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* regi
   scanner.mark_reachable(registers, register_bytes, saved, saved_bytes, stack_low);
   scanner.mark_lost();
   for (std::size_t i = 0; i < scanner.overflowed_count(); ++i) report_live_overflow(scanner.overflowed()[i]);
-  if (scanner.checked_canaries()) check_live_page_guards();
+  if (scanner.checked_canaries()) check_live_guards();
   const std::uint64_t scanned = os::thread_cpu_ns();
   const std::size_t lost = scanner.report(fd, summary);
   summary.root_bytes = scanner.root_bytes();
