@@ -326,6 +326,27 @@ TEST(general_allocator_debug, write_after_free_is_reported_when_the_block_is_reu
   p[20] = static_cast<char>(general_allocator::freed_fill_byte);
 }
 
+// A write just before a block whose slot before it is free lands on that slot's fill: reported as a
+// write after free of the freed block, with the distance to the block it came before.
+TEST(general_allocator_debug, a_write_before_a_block_after_a_freed_slot_names_that_block) {
+  general_allocator::options o = debug_options();
+  o.quarantine_bytes = 0;  // reused at once
+  general_allocator a(o);
+  auto* before = static_cast<char*>(a.allocate(24));  // 48-byte slots
+  auto* after = static_cast<char*>(a.allocate(24));
+  ASSERT_EQ(after, before + 48) << "the test needs the two blocks side by side";
+  a.free(before);
+  after[-1] = 'x';
+  EXPECT_DEATH((void)a.allocate(24),
+               output_matching("memkit: use after free: the 24-byte block at 0x[0-9a-f]+ was written after it was freed "
+                               "\\(byte 47 is 0x78, expected 0xdf, 1 byte before the next block at 0x[0-9a-f]+\\)\n"));
+  after[-1] = static_cast<char>(general_allocator::freed_fill_byte);
+  before[20] = 'y';  // inside the freed block's own bytes: no next block named
+  EXPECT_DEATH((void)a.allocate(24), output_matching("\\(byte 20 is 0x79, expected 0xdf\\)\n"));
+  before[20] = static_cast<char>(general_allocator::freed_fill_byte);
+  a.free(after);
+}
+
 TEST(general_allocator_debug, report_and_continue_ignores_the_bad_free) {
   general_allocator::options o = debug_options();
   o.abort_on_error = false;

@@ -280,25 +280,32 @@ void finish_canary_report(const general_allocator::options& o, report_writer& ou
   diagnostics::finish_misuse_report(o.abort_on_error);
 }
 
+// ", N bytes before the next block at 0x…" for a byte at offset `at` of a block whose slot is
+// `slot` bytes (0: a huge block, none), when it lies in the slot's last 16 bytes: the write may
+// have been meant for the block there, before its start. Empty otherwise.
+struct before_next_block {
+  char text[96] = "";
+  before_next_block(const void* p, std::size_t at, std::size_t slot) noexcept {
+    if (slot == 0 || at >= slot || slot - at > 16) return;
+    std::snprintf(text, sizeof text, ", %zu byte%s before the next block at " MEMKIT_ADDRESS, slot - at,
+                  slot - at == 1 ? "" : "s", diagnostics::address(static_cast<const unsigned char*>(p) + slot));
+  }
+};
+
 // An overwritten canary: what was written there and how the block was found (released at `now`,
 // or live when the leak check looked), then where it was allocated. A byte in the last 16 of a
-// page block's slot (`slot`; 0 for a huge block) is named by its distance to the next slot too: the
-// write may have been meant for the block there, before its start.
+// page block's slot (`slot`; 0 for a huge block) is named by its distance to the next slot too.
 void report_overflow(const general_allocator::options& o, const void* p, std::size_t requested, std::size_t past,
                      std::size_t slot, const current_trace* released, bool captured, void* const* alloc_frames,
                      std::size_t alloc_count) noexcept {
   const std::size_t at = requested + past;
   const unsigned char byte = static_cast<const unsigned char*>(p)[at];
-  char before_next[96] = "";
-  if (slot != 0 && slot - at <= 16) {
-    std::snprintf(before_next, sizeof before_next, ", %zu byte%s before the next block at " MEMKIT_ADDRESS, slot - at,
-                  slot - at == 1 ? "" : "s", diagnostics::address(static_cast<const unsigned char*>(p) + slot));
-  }
+  const before_next_block before_next(p, at, slot);
   report_writer out = misuse_writer(o);
   out.begin("heap-buffer-overflow", p, requested,
             "heap buffer overflow: the canary after the %zu-byte block at " MEMKIT_ADDRESS " was overwritten "
             "(byte %zu past the end is 0x%02x%s)%s",
-            requested, diagnostics::address(p), past, byte, before_next,
+            requested, diagnostics::address(p), past, byte, before_next.text,
             released != nullptr ? "" : ", found by the leak check while the block is live");
   out.number("offset", requested + past);
   finish_canary_report(o, out, released, captured, alloc_frames, alloc_count);
@@ -361,10 +368,13 @@ bool general_allocator::impl::check_freed_fill(page* pg, void* p, std::size_t fr
     current_trace now;
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
     report_writer out = misuse_writer(o);
+    // Past the block's bytes, at the end of its slot: maybe a write before the next block.
+    const before_next_block before_next(p, i, i < r->requested ? 0 : bs);
     out.begin("use-after-free", p, r->requested,
               "use after free: the %u-byte block at " MEMKIT_ADDRESS " was written after it was freed "
-              "(byte %zu is 0x%02x, expected 0x%02x)",
-              static_cast<unsigned>(r->requested), diagnostics::address(p), i, bytes[i], freed_fill_byte);
+              "(byte %zu is 0x%02x, expected 0x%02x%s)",
+              static_cast<unsigned>(r->requested), diagnostics::address(p), i, bytes[i], freed_fill_byte,
+              before_next.text);
     out.number("offset", i);
     out.stack("detected at", now.frames, now.count, captured);
     out.stack("allocated at", alloc_frames_of(pg, r), r->alloc_frames, captured);
