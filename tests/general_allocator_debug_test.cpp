@@ -741,6 +741,15 @@ TEST(general_allocator_debug, leak_report_follows_interior_pointers_across_pages
   // With no root left, a word that is no pointer (0x7fb900000001 in a run whose 8 MiB block lay
   // across 0x7fb900000000, about one run in 500) still makes everything reachable: try again.
   if (lost_count == 0 && lost.reachable_blocks == scattered_blocks + 1) return false;
+#if defined(_WIN32)
+  // Under Wine, words in Wine's own memory (read as roots, as the process's) once reached 2 of the
+  // 3,000 small blocks, in about one run of ten: try again at other addresses. (The scan's own
+  // tables as roots would reach hundreds, every time.)
+  if (lost.reachable_blocks != 0 && lost.reachable_blocks <= 8 &&
+      lost.indirectly_lost_blocks + lost.reachable_blocks == scattered_blocks) {
+    return false;
+  }
+#endif
   // The scan's own tables (which hold every page's first address) are no roots: the huge block
   // is definitely lost, every small block indirectly.
   if (under_address_sanitizer) {
