@@ -265,6 +265,21 @@ TEST(general_allocator_debug, a_write_before_a_pages_first_block_lands_on_its_gu
   EXPECT_DEATH(a.free(large), output_matching("the canary before the 60000-byte block at 0x[0-9a-f]+ was overwritten "
                                               "\\(4096 bytes before its start is 0x7a\\)"));
   large[-4096] = canary;
+  // Blocks of the large classes, one per span of 64 KiB slices: the guard is the end of a slice of
+  // the span before the block's, and a pointer into that slice is no block.
+  for (const std::size_t size : {std::size_t{70000}, std::size_t{131072}, std::size_t{3} << 20}) {
+    auto* spanned = static_cast<char*>(a.allocate(size));
+    spanned[-1] = 'v';
+    const std::string underflow = "the canary before the " + std::to_string(size) +
+                                  "-byte block at 0x[0-9a-f]+ was overwritten \\(1 byte before its start is 0x76\\)";
+    EXPECT_DEATH(a.free(spanned), output_matching(underflow.c_str()));
+    spanned[-1] = canary;
+    spanned[-4096] = 'v';
+    EXPECT_DEATH(a.free(spanned), output_matching("\\(4096 bytes before its start is 0x76\\)"));
+    spanned[-4096] = canary;
+    EXPECT_DEATH(a.free(spanned - 8192), output_matching("memkit: free of a pointer this allocator did not allocate"));
+    a.free(spanned);
+  }
   a.free(large);
   a.free(medium);
   a.free(first);
@@ -1041,29 +1056,36 @@ TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_first_b
   });
 }
 
-// And the guard before each live huge block.
-TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_huge_block) {
+// And the guards before each live huge block and each block of a large class.
+TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_huge_or_large_block) {
   if (under_thread_sanitizer) GTEST_SKIP() << "live canaries are checked with no other thread running";
   in_fresh_process([] {
     general_allocator::options o = debug_options();
     o.abort_on_error = false;
     const std::string text = capture_report(o, [&](general_allocator& a) {
       auto* p = static_cast<char*>(a.allocate(std::size_t{6} << 20));
+      auto* spanned = static_cast<char*>(a.allocate(200000));
       p[-5] = 2;
+      spanned[-7] = 3;
       (void)a.report_leaks(a.current_options().report_fd);
       (void)a.report_leaks(a.current_options().report_fd);
+      a.free(spanned);
       a.free(p);
     });
-    const std::regex live("memkit: heap buffer underflow: the canary before the 6291456-byte block at 0x[0-9a-f]+ was "
-                          "overwritten \\(5 bytes before its start is 0x02\\), found by the leak check while the "
-                          "block is live\n  block allocated at:\n    #0 0x");
-    EXPECT_TRUE(std::regex_search(text, live)) << text;
+    for (const char* expected :
+         {"memkit: heap buffer underflow: the canary before the 6291456-byte block at 0x[0-9a-f]+ was overwritten "
+          "\\(5 bytes before its start is 0x02\\), found by the leak check while the block is live\n"
+          "  block allocated at:\n    #0 0x",
+          "memkit: heap buffer underflow: the canary before the 200000-byte block at 0x[0-9a-f]+ was overwritten "
+          "\\(7 bytes before its start is 0x03\\), found by the leak check while the block is live\n"}) {
+      EXPECT_TRUE(std::regex_search(text, std::regex(expected))) << expected << "\n" << text;
+    }
     std::size_t reports = 0;
     for (std::size_t at = text.find("heap buffer underflow"); at != std::string::npos;
          at = text.find("heap buffer underflow", at + 1)) {
       ++reports;
     }
-    EXPECT_EQ(reports, 1u) << text;
+    EXPECT_EQ(reports, 2u) << text;
   });
 }
 

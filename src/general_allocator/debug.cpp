@@ -249,9 +249,11 @@ std::size_t page_canary_end(const general_allocator::options& o, std::size_t req
   return std::min(slot, requested + std::max(o.canary_bytes, max_page_canary));
 }
 
-// The guard before a debug page's first block: the end of the page's first slot, at most
-// max_page_canary bytes, as a canary after a block.
-std::size_t page_guard_bytes(const page* pg) noexcept { return std::min<std::size_t>(pg->block_size, max_page_canary); }
+// The guard before a debug page's first block: the end of the page's first slot, or of the slice
+// before a large-class block, at most max_page_canary bytes, as a canary after a block.
+std::size_t page_guard_bytes(const page* pg) noexcept {
+  return std::min<std::size_t>(first_block_index(pg) == 1 ? pg->block_size : slice_size, max_page_canary);
+}
 
 std::size_t huge_canary_end(const general_allocator::options& o, const segment* s) noexcept {
   return std::min(s->huge_requested + o.canary_bytes, s->huge_size);
@@ -643,7 +645,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
     report_overflow(o, p, requested, past, bs, &now, captured, alloc_frames_of(pg, r), r->alloc_frames);
   }
-  if (index == 1) check_page_guard(pg, true);  // the page's first block: the guard before it
+  if (index == first_block_index(pg)) check_page_guard(pg, true);  // the page's first block: the guard before it
   r->state = freed;
   live_sizes(pg)[index] = 0;
   r->free_frames = static_cast<std::uint8_t>(
@@ -737,17 +739,18 @@ void general_allocator::impl::check_quarantine() noexcept {
 }
 
 void general_allocator::impl::fill_page_guard(page* pg) noexcept {
-  if (first_block_index(pg) == 0 || self->options_.canary_bytes == 0) return;
+  if (!has_page_guard(pg) || self->options_.canary_bytes == 0) return;
   const std::size_t n = page_guard_bytes(pg);
-  std::memset(pg->start + pg->block_size - n, canary_byte, n);
+  std::memset(pg->start + first_block_index(pg) * pg->block_size - n, canary_byte, n);
 }
 
 void general_allocator::impl::check_page_guard(page* pg, bool freeing) noexcept {
   const options& o = self->options_;
-  if (first_block_index(pg) == 0 || o.canary_bytes == 0) return;
-  debug_record* r = record_at(pg, 1);
-  check_guard_before(o, reinterpret_cast<unsigned char*>(pg->start) + pg->block_size, page_guard_bytes(pg), r->requested,
-                     freeing, pg->record_frames, alloc_frames_of(pg, r), r->alloc_frames);
+  if (!has_page_guard(pg) || o.canary_bytes == 0) return;
+  const std::size_t first = first_block_index(pg);
+  debug_record* r = record_at(pg, first);
+  check_guard_before(o, reinterpret_cast<unsigned char*>(pg->start) + first * pg->block_size, page_guard_bytes(pg),
+                     r->requested, freeing, pg->record_frames, alloc_frames_of(pg, r), r->alloc_frames);
 }
 
 void general_allocator::impl::check_live_guards() noexcept {
@@ -755,7 +758,7 @@ void general_allocator::impl::check_live_guards() noexcept {
     for (segment* s = h->segments; s != nullptr; s = s->next) {
       for (unsigned i = 0; i < s->page_count; ++i) {
         page* pg = &s->pages[i];
-        if (pg->in_use && first_block_index(pg) == 1 && live_sizes(pg)[1] != 0) {
+        if (pg->in_use && has_page_guard(pg) && live_sizes(pg)[first_block_index(pg)] != 0) {
           check_page_guard(pg, false);
         }
       }

@@ -231,7 +231,7 @@ struct alignas(64) page {
                                     // local_free_is_plain)
   bool on_purge_list = false;
   std::uint8_t index = 0;           // position in its segment
-  std::uint8_t span_head = 0;       // large-kind slice inside a span: the span's first slice
+  std::uint8_t span_head = 0;       // large-kind slice inside a span: the slice of the span's page
   // Blocks handed out since the page was taken (owner only; statistics() reads it). In the first
   // cache line with `free` and `used`, so that counting an allocation touches no other line; the
   // heap's per-class counters take it over when the page is released.
@@ -265,10 +265,11 @@ inline std::uint32_t* live_sizes(const page* pg) noexcept {
   return reinterpret_cast<std::uint32_t*>(pg->records + std::size_t{pg->reserved} * pg->record_size);
 }
 
-// Debug mode keeps the first slot of a page of two blocks or more as a guard, never handed out and
-// filled with the canary where it ends, so that a write just before the page's first block (an
-// underflow, which before any other block lands on the canary of the block before it) is found
-// too. The index of the first block handed out.
+// Debug mode keeps a guard before a page's first block, ending in the canary, so that a write just
+// before that block (an underflow, which before any other block lands on the canary of the block
+// before it) is found too: the page's first slot, never handed out, when it has two or more; in a
+// span of the large classes (one block each), a slice of the span before the block (segment.cpp).
+// The index of the first block handed out:
 inline std::size_t first_block_index(const page* pg) noexcept { return pg->debug && pg->reserved >= 2 ? 1 : 0; }
 
 // A local free is a plain list push when the page is neither full nor a debug page: both flags
@@ -458,7 +459,7 @@ struct general_allocator::impl {
   // segment.cpp
   gpa::page* acquire_page(gpa::heap* h, std::size_t cls, bool debug) noexcept;
   gpa::page* acquire_span(gpa::heap* h, std::size_t cls, bool debug) noexcept;
-  void release_span(gpa::heap* h, gpa::page* pg) noexcept;
+  void release_span(gpa::heap* h, gpa::page* pg, bool guarded) noexcept;  // guarded: a debug span's
   gpa::segment* reserve_segment() noexcept;
   bool give_back_caches() noexcept;
   gpa::segment* acquire_segment(gpa::heap* h, gpa::segment_kind kind) noexcept;
@@ -674,6 +675,11 @@ inline segment* segment_of_page(const page* pg) noexcept {
   return reinterpret_cast<segment*>(reinterpret_cast<std::uintptr_t>(pg) & ~segment_mask);
 }
 
+// Whether a page of a small, medium or large segment has the guard first_block_index() describes.
+inline bool has_page_guard(const page* pg) noexcept {
+  return pg->debug && (pg->reserved >= 2 || segment_of_page(pg)->kind == segment_kind::large);
+}
+
 // Puts a free page (or a span segment's node) at the back of its heap's purge list, free since
 // `now` (owner only).
 inline void purge_list_append(heap* h, page* pg, std::uint64_t now) noexcept {
@@ -687,8 +693,9 @@ inline void purge_list_append(heap* h, page* pg, std::uint64_t now) noexcept {
   h->purge_last[kind] = pg;
 }
 
-// The page descriptor of the block `p` points into: for a pointer inside a large-class span past
-// its first slice, the span's (page_of gives that slice's own, unused descriptor).
+// The page descriptor of the block `p` points into: for a pointer inside a large-class span outside
+// its page's slice (past it, or a debug span's guard before it), the span's (page_of gives that
+// slice's own, unused descriptor).
 inline page* block_page(segment* s, const void* p) noexcept {
   page* pg = page_of(s, p);
   if (!pg->in_use && s->kind == segment_kind::large) pg = &s->pages[pg->span_head];

@@ -733,7 +733,9 @@ bool leak_scanner::build_lookup() noexcept {
         }
         unreached_[head] = live;
       } else {
-        least = entries_[head].least_requested;  // a later slice of a span whose head came first
+        // A later slice of a span whose head came first, or a debug span's guard before its head
+        // (stale, and never read: no word into the guard passes the offset test).
+        least = entries_[head].least_requested;
       }
       entries_[base + j] = {reinterpret_cast<std::uintptr_t>(pg->start), std::uintptr_t{pg->capacity} * pg->block_size,
                             pg->reciprocal, mark_base, static_cast<std::uint32_t>(pg->block_size), least};

@@ -180,7 +180,8 @@ void general_allocator::impl::release_page(heap* h, page* pg) noexcept {
   bump(h->counters[pg->size_class].allocations, pg->allocated.load(std::memory_order_relaxed));
   pg->allocated.store(0, std::memory_order_relaxed);
   note_in_use(-static_cast<std::ptrdiff_t>(page_area_bytes(pg)));
-  if (pg->debug) release_records(pg);
+  const bool debug = pg->debug;
+  if (debug) release_records(pg);
   pg->in_use = false;
   pg->in_full = false;
   pg->free = nullptr;
@@ -189,7 +190,7 @@ void general_allocator::impl::release_page(heap* h, page* pg) noexcept {
   pg->debug = false;
   --s->used_pages;
   if (s->kind == segment_kind::large) {
-    release_span(h, pg);
+    release_span(h, pg, debug);
   } else {
     s->free_mask |= std::uint64_t{1} << pg->index;
     if (pg->touched_bytes != 0) {

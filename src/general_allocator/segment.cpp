@@ -265,7 +265,11 @@ page* general_allocator::impl::acquire_span(heap* h, std::size_t cls, bool debug
   constexpr unsigned kind = static_cast<unsigned>(segment_kind::large);
   constexpr int max_segments_looked_at = 8;  // then a new segment: bounded time
   const std::size_t bs = class_block_size(cls);
-  const auto n = static_cast<unsigned>((bs + slice_size - 1) >> slice_shift);
+  // In debug mode the span takes one more slice, before the page's: its last bytes are the page's
+  // guard, the rest is never touched. (A block's slot fills its span to the end as often as not, so
+  // the end of the span before it cannot be the guard.)
+  const unsigned guard = debug ? 1 : 0;
+  const auto n = static_cast<unsigned>((bs + slice_size - 1) >> slice_shift) + guard;
   segment* s = h->free_segments[kind];
   unsigned first = 64;
   for (int looked = 0; s != nullptr && looked < max_segments_looked_at; s = s->free_next, ++looked) {
@@ -277,8 +281,8 @@ page* general_allocator::impl::acquire_span(heap* h, std::size_t cls, bool debug
     if (s == nullptr) return nullptr;
     first = first_run(s->free_mask, n);
   }
-  page* pg = &s->pages[first];
-  pg->area_end = pg->start + (std::size_t{n} << slice_shift);  // under two blocks: holds one
+  page* pg = &s->pages[first + guard];
+  pg->area_end = pg->start + (std::size_t{n - guard} << slice_shift);  // under two blocks: holds one
   if (!prepare_page(*this, pg, cls, debug)) {
     pg->area_end = pg->start + slice_size;
     return nullptr;
@@ -295,7 +299,9 @@ page* general_allocator::impl::acquire_span(heap* h, std::size_t cls, bool debug
   resident_bytes.fetch_add(slice_bytes(bits & ~s->resident_mask), std::memory_order_relaxed);
   s->resident_mask |= bits;
   pg->touched_bytes = std::size_t{n} << slice_shift;  // counted above: extend_page adds nothing
-  for (unsigned j = first + 1; j < first + n; ++j) s->pages[j].span_head = static_cast<std::uint8_t>(first);
+  for (unsigned j = first; j < first + n; ++j) {
+    if (j != pg->index) s->pages[j].span_head = pg->index;  // the guard's slice too: no block there
+  }
   pg->in_use = true;
   s->free_mask &= ~bits;
   ++s->used_pages;
@@ -309,10 +315,11 @@ page* general_allocator::impl::acquire_span(heap* h, std::size_t cls, bool debug
 
 // The slices of a freed span become free; as they stay resident, the segment's node goes to the
 // back of the purge list with their bytes. Called by release_page.
-void general_allocator::impl::release_span(heap* h, page* pg) noexcept {
+void general_allocator::impl::release_span(heap* h, page* pg, bool guarded) noexcept {
   segment* s = segment_of_page(pg);
-  const auto n = static_cast<unsigned>(page_area_bytes(pg) >> slice_shift);
-  const std::uint64_t bits = run_bits(pg->index, n);
+  const unsigned guard = guarded ? 1 : 0;  // a debug span's slice before the page's
+  const auto n = static_cast<unsigned>(page_area_bytes(pg) >> slice_shift) + guard;
+  const std::uint64_t bits = run_bits(pg->index - guard, n);
   s->free_mask |= bits;
   pg->area_end = pg->start + slice_size;  // acquire_segment's layout again
   pg->touched_bytes = 0;
