@@ -766,9 +766,22 @@ void general_allocator::impl::check_live_guards() noexcept {
   }
   const options& o = self->options_;
   if (o.canary_bytes == 0) return;
-  lock_guard guard(lock);  // (reports go out under it: the other threads are stopped)
-  for (segment* s = huge_live; s != nullptr; s = s->next) {
-    if (!s->pages[0].debug) continue;
+  // The huge blocks whose guard is overwritten, reported once the lock is released (symbolizing a
+  // report may allocate); the other threads are stopped, so the blocks stay.
+  constexpr std::size_t most = 16;  // reports per call
+  segment* written[most];
+  std::size_t found = 0;
+  {
+    lock_guard guard(lock);
+    for (segment* s = huge_live; s != nullptr && found < most; s = s->next) {
+      const std::size_t n = huge_guard_bytes(o, s);
+      if (s->pages[0].debug && overwritten_canary(reinterpret_cast<unsigned char*>(s->pages[0].start) - n, 0, n) != n) {
+        written[found++] = s;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < found; ++i) {
+    segment* s = written[i];
     check_guard_before(o, reinterpret_cast<unsigned char*>(s->pages[0].start), huge_guard_bytes(o, s), s->huge_requested,
                        false, s->pages[0].record_frames, s->huge_frames, s->huge_alloc_frames);
   }
