@@ -293,6 +293,8 @@ const seeded_bug corpus[] = {
     {"write_before_the_start", "1 byte before the next block at 0x", "write_before_the_start", true},
     {"write_before_the_first_block", "heap buffer underflow: the canary before the 5000-byte block at 0x",
      "write_before_the_first_block", true},
+    {"write_before_a_large_block", "heap buffer underflow: the canary before the 200000-byte block at 0x",
+     "write_before_a_large_block", true},
     {"write_after_free", "use after free", "write_after_free", true},
     {"realloc_freed", "realloc of a freed pointer", "realloc_after_free", true},
     {"usable_size_freed", "malloc_usable_size of a freed pointer", "ask_size_after_free", true},
