@@ -3,6 +3,7 @@
 #include "memkit/detail/stack_trace.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,11 @@ constinit thread_local const void* capture_origin = nullptr;
 
 constexpr std::size_t kept_frames_limit = 80;  // frames skipped + kept, per capture
 
+#if defined(MEMKIT_MALLOC_SHARED)
+// The most leading frames of the drop-in's own code a capture has met so far (capture_stack_trace).
+std::atomic<std::size_t> own_frames_seen{2};
+#endif
+
 using os::symbols::write_all;
 
 }  // namespace
@@ -27,26 +33,36 @@ using os::symbols::write_all;
 std::size_t capture_stack_trace(void** frames, std::size_t max_frames, std::size_t skip) noexcept {
   if (max_frames == 0 || capturing) return 0;
   capturing = true;
+  void* buffer[kept_frames_limit];
+  std::size_t got = 0;
+  std::size_t first = 0;  // the program's first frame in buffer
 #if defined(MEMKIT_MALLOC_SHARED)
   // In the drop-in library (libmemkit_malloc.so) every frame of the allocator lies in the library's
   // own code, while the program's never does. Leading frames in that range are dropped instead of a
-  // fixed count of them, which link-time inlining and tail calls change from build to build; this
-  // leaves room for them.
-  constexpr std::size_t own_frames_allowance = 16;
+  // fixed count of them, which link-time inlining and tail calls change from build to build and the
+  // entry points from one another. The unwinder goes as far as the room asked for: the most own
+  // frames seen so far beyond the frames kept; a capture that meets more, and so kept fewer of the
+  // program's frames than it could, runs again with room for them.
+  (void)skip;
   const os::symbols::code_range own = os::symbols::own_code();
-  skip = 0;
+  std::size_t room = own_frames_seen.load(std::memory_order_relaxed);
+  for (;;) {
+    // The first frame os::symbols::capture reports is this function: room for it too.
+    const std::size_t wanted = std::min(max_frames + room + 1, kept_frames_limit);
+    got = os::symbols::capture(buffer, wanted);
+    first = std::min<std::size_t>(1, got);
+    while (first < got && own.contains(buffer[first])) ++first;
+    if (got < wanted || got - first >= max_frames || wanted == kept_frames_limit) break;
+    room = first - 1;
+    if (room > own_frames_seen.load(std::memory_order_relaxed)) own_frames_seen.store(room, std::memory_order_relaxed);
+  }
 #else
   // A few frames of room: the entry's caller may lie further out than the count says.
   constexpr std::size_t own_frames_allowance = 8;
-#endif
   // The first frame os::symbols::capture reports is this function: skip it too.
-  void* buffer[kept_frames_limit];
   const std::size_t wanted = std::min(max_frames + own_frames_allowance + skip + 1, kept_frames_limit);
-  const std::size_t got = os::symbols::capture(buffer, wanted);
-  std::size_t first = std::min(skip + 1, got);
-#if defined(MEMKIT_MALLOC_SHARED)
-  while (first < got && own.contains(buffer[first])) ++first;
-#else
+  got = os::symbols::capture(buffer, wanted);
+  first = std::min(skip + 1, got);
   if (capture_origin != nullptr) {
     for (std::size_t i = 1; i < got && i <= skip + 1 + own_frames_allowance; ++i) {
       if (buffer[i] == capture_origin) {

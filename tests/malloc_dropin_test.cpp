@@ -160,6 +160,28 @@ TEST(malloc_preload_debug, double_free_traces_name_the_places) {
   EXPECT_TRUE(program_frame_between(first, out.output.size())) << out.output;
 }
 
+// However deep the stack, each trace keeps as many of the program's frames as asked for, whatever
+// number of the library's own frames lies above them (a capture that meets more of them than it
+// left room for runs again).
+TEST(malloc_preload_debug, traces_of_a_deep_stack_keep_every_frame_asked_for) {
+  for (const std::size_t frames : {std::size_t{12}, std::size_t{32}}) {
+    auto out = misuse_with("deep-double-free", {"MEMKIT_DEBUG=1", "MEMKIT_STACK_FRAMES=" + std::to_string(frames)});
+    EXPECT_EQ(out.signal, SIGABRT) << out.output;
+    for (const char* title : {"freed again at:\n", "  allocated at:\n", "first freed at:\n"}) {
+      auto at = out.output.find(title);
+      ASSERT_NE(at, std::string::npos) << title << out.output;
+      at = out.output.find('\n', at) + 1;
+      std::size_t lines = 0;
+      for (; out.output.compare(at, 5, "    #") == 0; at = out.output.find('\n', at) + 1, ++lines) {
+        const std::string line = out.output.substr(at, out.output.find('\n', at) - at);
+        EXPECT_EQ(line.rfind("    #" + std::to_string(lines) + " ", 0), 0u) << line;
+        EXPECT_TRUE(contains(line, " descend+")) << title << line << "\n" << out.output;
+      }
+      EXPECT_EQ(lines, frames) << title << out.output;
+    }
+  }
+}
+
 TEST(malloc_preload_debug, free_of_a_pointer_it_does_not_own_is_reported) {
   auto out = misuse_with("foreign-free", {"MEMKIT_DEBUG=1"});
   EXPECT_EQ(out.signal, SIGABRT) << out.output;

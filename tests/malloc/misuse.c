@@ -126,6 +126,18 @@ static pthread_t start_worker(void* (*body)(void*), const pthread_attr_t* attrib
   return thread;
 }
 
+/* A double free 40 calls deep (deep-double-free). */
+__attribute__((noinline)) static void descend(int depth) {
+  if (depth > 0) {
+    descend(depth - 1);
+    __asm__ volatile(""); /* no tail call: one frame per level */
+    return;
+  }
+  char* p = launder(malloc(24));
+  free(p);
+  free(launder(p));
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const char* what = argv[1];
@@ -177,6 +189,10 @@ int main(int argc, char** argv) {
     p[0] = 1;
     free(p);
     free(launder(p));
+    return 0;
+  }
+  if (strcmp(what, "deep-double-free") == 0) {
+    descend(40);
     return 0;
   }
   if (strcmp(what, "double-free-in-a-loop") == 0) {
