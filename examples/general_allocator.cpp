@@ -67,6 +67,10 @@ int main() {
   other[32] = '!';              // one byte past the end: the canary is overwritten
   release(checked, other);
 
+  auto* buffer = static_cast<char*>(checked.allocate(100000));
+  buffer[-1] = '!';  // one byte before the start: the guard before the block is overwritten
+  release(checked, buffer);
+
   int on_stack = 0;
   release(checked, &on_stack);  // not from this allocator
 
