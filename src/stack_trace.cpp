@@ -54,7 +54,9 @@ std::size_t capture_stack_trace(void** frames, std::size_t max_frames, std::size
     while (first < got && own.contains(buffer[first])) ++first;
     if (got < wanted || got - first >= max_frames || wanted == kept_frames_limit) break;
     room = first - 1;
-    if (room > own_frames_seen.load(std::memory_order_relaxed)) own_frames_seen.store(room, std::memory_order_relaxed);
+    std::size_t seen = own_frames_seen.load(std::memory_order_relaxed);
+    while (room > seen && !own_frames_seen.compare_exchange_weak(seen, room, std::memory_order_relaxed)) {
+    }
   }
 #else
   // A few frames of room: the entry's caller may lie further out than the count says.

@@ -283,7 +283,7 @@ void finish_canary_report(const general_allocator::options& o, report_writer& ou
 }
 
 // ", N bytes before the next block at 0x…" for a byte at offset `at` of a block whose slot is
-// `slot` bytes (0: a huge block, none), when it lies in the slot's last 16 bytes: the write may
+// `slot` bytes (0: no block follows), when it lies in the slot's last 16 bytes: the write may
 // have been meant for the block there, before its start. Empty otherwise.
 struct before_next_block {
   char text[96] = "";
@@ -294,9 +294,16 @@ struct before_next_block {
   }
 };
 
+// The `slot` of before_next_block for block `index` of a page: its slot when a block of the page
+// follows (one carved, live or not), else 0: after a page's last carved slot lies memory never
+// carved or the end of the page, and a large-class block is alone in its span.
+std::size_t slot_before_a_block(const page* pg, std::size_t index) noexcept {
+  return index + 1 < pg->capacity ? pg->block_size : 0;
+}
+
 // An overwritten canary: what was written there and how the block was found (released at `now`,
 // or live when the leak check looked), then where it was allocated. A byte in the last 16 of a
-// page block's slot (`slot`; 0 for a huge block) is named by its distance to the next slot too.
+// page block's slot (`slot`, slot_before_a_block()) is named by its distance to the next block too.
 void report_overflow(const general_allocator::options& o, const void* p, std::size_t requested, std::size_t past,
                      std::size_t slot, const current_trace* released, bool captured, void* const* alloc_frames,
                      std::size_t alloc_count) noexcept {
@@ -371,7 +378,7 @@ bool general_allocator::impl::check_freed_fill(page* pg, void* p, std::size_t fr
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
     report_writer out = misuse_writer(o);
     // Past the block's bytes, at the end of its slot: maybe a write before the next block.
-    const before_next_block before_next(p, i, i < r->requested ? 0 : bs);
+    const before_next_block before_next(p, i, i < r->requested ? 0 : slot_before_a_block(pg, index));
     out.begin("use-after-free", p, r->requested,
               "use after free: the %u-byte block at " MEMKIT_ADDRESS " was written after it was freed "
               "(byte %zu is 0x%02x, expected 0x%02x%s)",
@@ -643,7 +650,8 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   const std::size_t past = overwritten_canary(c, requested, canary_end);
   if (requested + past < canary_end) {
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
-    report_overflow(o, p, requested, past, bs, &now, captured, alloc_frames_of(pg, r), r->alloc_frames);
+    report_overflow(o, p, requested, past, slot_before_a_block(pg, index), &now, captured, alloc_frames_of(pg, r),
+                    r->alloc_frames);
   }
   if (index == first_block_index(pg)) check_page_guard(pg, true);  // the page's first block: the guard before it
   r->state = freed;
@@ -767,7 +775,8 @@ void general_allocator::impl::check_live_guards() noexcept {
   const options& o = self->options_;
   if (o.canary_bytes == 0) return;
   // The huge blocks whose guard is overwritten, reported once the lock is released (symbolizing a
-  // report may allocate); the other threads are stopped, so the blocks stay.
+  // report may allocate). The leak check runs this only when no other thread runs
+  // (leak_scanner::checked_canaries()), so the blocks stay.
   constexpr std::size_t most = 16;  // reports per call
   segment* written[most];
   std::size_t found = 0;
@@ -805,11 +814,13 @@ void general_allocator::impl::report_live_overflow(const void* p) noexcept {
   }
   page* pg = page_of(s, p);
   const std::size_t bs = pg->block_size;
-  debug_record* r = record_at(pg, block_index(pg, static_cast<std::size_t>(reinterpret_cast<char*>(c) - pg->start)));
+  const std::size_t index = block_index(pg, static_cast<std::size_t>(reinterpret_cast<char*>(c) - pg->start));
+  debug_record* r = record_at(pg, index);
   const std::size_t canary_end = page_canary_end(o, r->requested, bs);
   const std::size_t past = overwritten_canary(c, r->requested, canary_end);
   if (r->requested + past == canary_end) return;
-  report_overflow(o, c, r->requested, past, bs, nullptr, pg->record_frames != 0, alloc_frames_of(pg, r), r->alloc_frames);
+  report_overflow(o, c, r->requested, past, slot_before_a_block(pg, index), nullptr, pg->record_frames != 0,
+                  alloc_frames_of(pg, r), r->alloc_frames);
   std::memset(c + r->requested, canary_byte, canary_end - r->requested);
 }
 
