@@ -663,9 +663,12 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
     // Retire the address. The owner gives the page's memory back once every block is retired.
     if (s->thread_id.load(std::memory_order_relaxed) == current_thread_id() && --pg->used == 0 &&
         pg->capacity == pg->reserved) {
+      // The OS pages inside the page's area only: with MEMKIT_PAGE_SIZE above 64 KiB, rounding its
+      // start down would reach the memory of the pages (or spans) before it.
       const std::size_t os_page = os::page_size();
-      (void)os::discard(pg->start - (reinterpret_cast<std::uintptr_t>(pg->start) & (os_page - 1)),
-                        detail::align_down(page_area_bytes(pg), os_page));
+      const std::uintptr_t begin = detail::align_up(reinterpret_cast<std::uintptr_t>(pg->start), os_page);
+      const std::uintptr_t end = detail::align_down(reinterpret_cast<std::uintptr_t>(pg->area_end), os_page);
+      if (begin < end) (void)os::discard(reinterpret_cast<void*>(begin), end - begin);
     }
     return;
   }
