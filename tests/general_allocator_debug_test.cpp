@@ -62,6 +62,13 @@ class output_matcher : public ::testing::MatcherInterface<const std::string&> {
   return ::testing::MakeMatcher(new output_matcher(pattern));
 }
 
+// How many times `part` occurs in `text` (reports counted by their headline).
+std::size_t occurrences(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
 // Everything left in the pipe's read end, which it closes. Out of line: its buffer lies below the
 // caller's frame, not in it. (A report scans its caller's frames whole, and a buffer there, not
 // written yet, would hold what earlier calls left at that depth: in an optimized build, one run
@@ -616,11 +623,7 @@ TEST(general_allocator_debug, leak_report_lists_each_of_hundreds_of_allocation_s
   if (lost < sites && summary.reachable_blocks <= 8 && lost + summary.reachable_blocks == sites) return false;
   EXPECT_EQ(lost, sites);
   EXPECT_EQ(summary.definitely_lost_blocks, sites);
-  std::size_t reports = 0;
-  for (std::size_t at = text.find("memkit: 1 block, "); at != std::string::npos; at = text.find("memkit: 1 block, ", at + 1)) {
-    ++reports;
-  }
-  EXPECT_EQ(reports, sites) << text.substr(0, 2000);
+  EXPECT_EQ(occurrences(text, "memkit: 1 block, "), sites) << text.substr(0, 2000);
   // Largest first: the last site's 615 bytes, then 614, ...
   EXPECT_EQ(text.find("memkit: 1 block, 615 bytes, definitely lost"), 0u) << text.substr(0, 2000);
   EXPECT_LT(text.find("memkit: 1 block, 614 bytes"), text.find("memkit: 1 block, 16 bytes")) << text.substr(0, 2000);
@@ -1023,11 +1026,7 @@ TEST(general_allocator_debug, the_leak_check_finds_an_overflow_of_a_live_block) 
                         "  block allocated at:\n    #0 0x");
   EXPECT_TRUE(std::regex_search(text, live)) << text;
   EXPECT_NE(text.find("the canary after the 5242880-byte block at 0x"), std::string::npos) << text;
-  std::size_t reports = 0;
-  for (std::size_t at = text.find("heap buffer overflow"); at != std::string::npos; at = text.find("heap buffer overflow", at + 1)) {
-    ++reports;
-  }
-  EXPECT_EQ(reports, 2u) << text;
+  EXPECT_EQ(occurrences(text, "heap buffer overflow"), 2u) << text;
   // A canary shorter than the scan's two words is checked byte by byte.
   o.canary_bytes = 4;
   const std::string short_canary = capture_report(o, [&](general_allocator& a) {
@@ -1057,12 +1056,7 @@ TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_first_b
                           "overwritten \\(2 bytes before its start is 0x01\\), found by the leak check while the block "
                           "is live\n  block allocated at:\n    #0 0x");
     EXPECT_TRUE(std::regex_search(text, live)) << text;
-    std::size_t reports = 0;
-    for (std::size_t at = text.find("heap buffer underflow"); at != std::string::npos;
-         at = text.find("heap buffer underflow", at + 1)) {
-      ++reports;
-    }
-    EXPECT_EQ(reports, 1u) << text;
+    EXPECT_EQ(occurrences(text, "heap buffer underflow"), 1u) << text;
   });
 }
 
@@ -1090,12 +1084,7 @@ TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_huge_or
           "\\(7 bytes before its start is 0x03\\), found by the leak check while the block is live\n"}) {
       EXPECT_TRUE(std::regex_search(text, std::regex(expected))) << expected << "\n" << text;
     }
-    std::size_t reports = 0;
-    for (std::size_t at = text.find("heap buffer underflow"); at != std::string::npos;
-         at = text.find("heap buffer underflow", at + 1)) {
-      ++reports;
-    }
-    EXPECT_EQ(reports, 2u) << text;
+    EXPECT_EQ(occurrences(text, "heap buffer underflow"), 2u) << text;
   });
 }
 
@@ -1313,11 +1302,7 @@ TEST(general_allocator_debug, an_error_repeated_from_one_place_is_written_once) 
     for (void* block : {p, q}) free_again_and_again(a, block);
     free_it_here(a, p);  // another place
   });
-  std::size_t reports = 0;
-  for (std::size_t at = text.find("memkit: double free"); at != std::string::npos; at = text.find("memkit: double free", at + 1)) {
-    ++reports;
-  }
-  EXPECT_EQ(reports, 3u) << text;
+  EXPECT_EQ(occurrences(text, "memkit: double free"), 3u) << text;
 }
 
 // The report-and-go-on runs of the size and alignment tests below: `releases` frees blocks, two
@@ -1336,9 +1321,7 @@ void expect_the_two_mismatch_reports_only(Releases releases) {
     });
     EXPECT_NE(text.find("the 48-byte block"), std::string::npos) << text;
     EXPECT_NE(text.find("the 5242880-byte block"), std::string::npos) << text;
-    std::size_t reports = 0;
-    for (std::size_t at = text.find("mismatched"); at != std::string::npos; at = text.find("mismatched", at + 1)) ++reports;
-    EXPECT_EQ(reports, 2u) << text;
+    EXPECT_EQ(occurrences(text, "mismatched"), 2u) << text;
     EXPECT_EQ(summary.definitely_lost_blocks + summary.indirectly_lost_blocks + summary.reachable_blocks, 0u) << text;
   });
 }
