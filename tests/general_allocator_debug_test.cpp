@@ -1038,53 +1038,38 @@ TEST(general_allocator_debug, the_leak_check_finds_an_overflow_of_a_live_block) 
   });
 }
 
-// The leak check reads the guard before each page's first block while that block is live, as it
-// reads the canaries: reported once (the guard is written again).
-TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_first_block) {
+// The leak check reads the guards before live blocks (a page's first block, a block of a large
+// class, a huge block) as it reads the canaries: each reported once (the guard is written again).
+TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_block_on_its_guard) {
   if (under_thread_sanitizer) GTEST_SKIP() << "live canaries are checked with no other thread running";
   in_fresh_process([] {
     general_allocator::options o = debug_options();
     o.abort_on_error = false;
     const std::string text = capture_report(o, [&](general_allocator& a) {
       auto* first = static_cast<char*>(a.allocate(24));
-      first[-2] = 1;
-      (void)a.report_leaks(a.current_options().report_fd);
-      (void)a.report_leaks(a.current_options().report_fd);
-      a.free(first);
-    });
-    const std::regex live("memkit: heap buffer underflow: the canary before the 24-byte block at 0x[0-9a-f]+ was "
-                          "overwritten \\(2 bytes before its start is 0x01\\), found by the leak check while the block "
-                          "is live\n  block allocated at:\n    #0 0x");
-    EXPECT_TRUE(std::regex_search(text, live)) << text;
-    EXPECT_EQ(occurrences(text, "heap buffer underflow"), 1u) << text;
-  });
-}
-
-// And the guards before each live huge block and each block of a large class.
-TEST(general_allocator_debug, the_leak_check_finds_a_write_before_a_live_huge_or_large_block) {
-  if (under_thread_sanitizer) GTEST_SKIP() << "live canaries are checked with no other thread running";
-  in_fresh_process([] {
-    general_allocator::options o = debug_options();
-    o.abort_on_error = false;
-    const std::string text = capture_report(o, [&](general_allocator& a) {
-      auto* p = static_cast<char*>(a.allocate(std::size_t{6} << 20));
+      auto* huge = static_cast<char*>(a.allocate(std::size_t{6} << 20));
       auto* spanned = static_cast<char*>(a.allocate(200000));
-      p[-5] = 2;
+      first[-2] = 1;
+      huge[-5] = 2;
       spanned[-7] = 3;
       (void)a.report_leaks(a.current_options().report_fd);
       (void)a.report_leaks(a.current_options().report_fd);
       a.free(spanned);
-      a.free(p);
+      a.free(huge);
+      a.free(first);
     });
     for (const char* expected :
-         {"memkit: heap buffer underflow: the canary before the 6291456-byte block at 0x[0-9a-f]+ was overwritten "
+         {"memkit: heap buffer underflow: the canary before the 24-byte block at 0x[0-9a-f]+ was overwritten "
+          "\\(2 bytes before its start is 0x01\\), found by the leak check while the block is live\n"
+          "  block allocated at:\n    #0 0x",
+          "memkit: heap buffer underflow: the canary before the 6291456-byte block at 0x[0-9a-f]+ was overwritten "
           "\\(5 bytes before its start is 0x02\\), found by the leak check while the block is live\n"
           "  block allocated at:\n    #0 0x",
           "memkit: heap buffer underflow: the canary before the 200000-byte block at 0x[0-9a-f]+ was overwritten "
           "\\(7 bytes before its start is 0x03\\), found by the leak check while the block is live\n"}) {
       EXPECT_TRUE(std::regex_search(text, std::regex(expected))) << expected << "\n" << text;
     }
-    EXPECT_EQ(occurrences(text, "heap buffer underflow"), 2u) << text;
+    EXPECT_EQ(occurrences(text, "heap buffer underflow"), 3u) << text;
   });
 }
 
