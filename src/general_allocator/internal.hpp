@@ -505,7 +505,8 @@ struct general_allocator::impl {
   void fill_page_guard(gpa::page* pg) noexcept;
   void check_page_guard(gpa::page* pg, bool freeing) noexcept;
   void check_live_guards() noexcept;  // the leak check's, of live blocks, with no other thread running
-  bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
+  bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;  // true: intact
+  [[gnu::cold]] MEMKIT_NOINLINE void report_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
   bool report_interior_of_huge(const void* p) noexcept;
   // leaks.cpp: the reachability scan and the grouped leak report. `registers`, the caller's
   // callee-saved registers at `saved` and the stack above `stack_low` belong to the calling
