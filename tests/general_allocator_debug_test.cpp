@@ -1582,6 +1582,56 @@ TEST(general_allocator_debug, quarantine_is_bounded_and_can_be_turned_off) {
   a.free(q);
 }
 
+// A thread's last frees wait in its own batch before they join the quarantine's ring; a thread
+// that exits hands its batch over, so those blocks are checked and reused like any other.
+TEST(general_allocator_debug, an_exited_threads_last_frees_leave_the_quarantine_checked) {
+  general_allocator::options o = debug_options();
+  o.quarantine_bytes = 4096;
+  general_allocator a(o);
+  void* own_heap = a.allocate(8);  // this thread has its heap: it does not adopt the other's
+  char* p = nullptr;
+  std::thread([&] {
+    p = static_cast<char*>(a.allocate(100));
+    a.free(p);  // the thread's only free: still in its batch when it exits
+  }).join();
+  p[20] = 1;  // use after free
+  auto churn = [&] {
+    for (int i = 0; i < 100; ++i) a.free(a.allocate(200));  // pushes p out of the ring
+  };
+  EXPECT_DEATH(churn(), output_matching("memkit: use after free: the 100-byte block at 0x[0-9a-f]+ was written after it "
+                        "was freed \\(byte 20 is 0x01, expected 0xdf\\)"));
+  p[20] = static_cast<char>(general_allocator::freed_fill_byte);
+  a.free(own_heap);
+}
+
+// Turning the quarantine off frees what it holds, the batches of threads still running included
+// (configure() runs with no other call into the allocator). The blocks are this thread's, so that
+// their free is a local one, counted at once.
+TEST(general_allocator_debug, turning_the_quarantine_off_frees_every_threads_batch) {
+  general_allocator a(debug_options());
+  std::vector<void*> mine;
+  for (int i = 0; i < 5; ++i) mine.push_back(a.allocate(64));
+  const std::size_t five = a.statistics().live_bytes;
+  std::atomic<bool> freed{false};
+  std::atomic<bool> done{false};
+  void* its_own = nullptr;
+  std::thread other([&] {
+    its_own = a.allocate(64);
+    for (void* p : mine) a.free(p);  // fewer than a batch: all of them wait in it
+    freed = true;
+    while (!done) std::this_thread::yield();
+    a.free(its_own);
+  });
+  while (!freed) std::this_thread::yield();
+  const std::size_t before = a.statistics().live_bytes;  // the five, quarantined, and its own
+  general_allocator::options off = debug_options();
+  off.quarantine_bytes = 0;
+  a.configure(off);
+  EXPECT_EQ(a.statistics().live_bytes, before - five);
+  done = true;
+  other.join();
+}
+
 TEST(general_allocator_debug, blocks_cross_threads_in_debug_mode) {
   general_allocator a(debug_options());
   std::vector<void*> blocks;

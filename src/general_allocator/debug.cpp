@@ -706,34 +706,67 @@ void* take_oldest(general_allocator::impl& im) noexcept {
 
 }  // namespace
 
-// Puts a block freed in debug mode (already marked freed and filled) at the back of the
-// quarantine, and frees for real the oldest blocks that no longer fit. Without a quarantine (or
-// if its ring cannot be mapped), frees the block at once.
+// Puts a block freed in debug mode (already marked freed and filled) into the quarantine, and
+// frees for real the oldest blocks that no longer fit. The block first joins the calling thread's
+// pending batch, which enters the ring, under the instance's lock, once it holds
+// heap::quarantine_batch blocks or heap::quarantine_batch_bytes: one locked instruction per batch,
+// not per free, and no contention on the lock between threads that free. A pending block is as
+// quarantined as one in the ring (not reusable, its fill checked when it leaves), so each thread
+// holds at most a batch beyond quarantine_bytes. Without a quarantine (or a heap for the thread)
+// the block goes to the ring, or is freed at once, as before.
 void general_allocator::impl::quarantine_then_free(segment* s, page* pg, void* p) noexcept {
-  const std::size_t limit = self->options_.quarantine_bytes;
-  if (limit == 0) {
+  heap* h = attached_heap(this);
+  if (self->options_.quarantine_bytes == 0) {
+    if (h != nullptr && h->quarantine_pending != 0) hand_over_quarantined(h);  // turned off meanwhile
     free_block(s, pg, p);
     return;
   }
-  constexpr std::size_t batch = 16;  // evictions per call (the rest go with the next frees)
-  void* evicted[batch];
+  if (h == nullptr) {  // a thread that never allocated: a batch of one
+    enter_quarantine(&p, 1, pg->block_size);
+    return;
+  }
+  h->quarantine_blocks[h->quarantine_pending++] = p;
+  h->quarantine_pending_bytes += pg->block_size;
+  if (h->quarantine_pending == heap::quarantine_batch || h->quarantine_pending_bytes >= heap::quarantine_batch_bytes)
+    hand_over_quarantined(h);
+}
+
+void general_allocator::impl::hand_over_quarantined(heap* h) noexcept {
+  const std::size_t count = h->quarantine_pending;
+  const std::size_t bytes = h->quarantine_pending_bytes;
+  h->quarantine_pending = 0;
+  h->quarantine_pending_bytes = 0;
+  enter_quarantine(h->quarantine_blocks, count, bytes);
+}
+
+// Puts `count` blocks of `bytes` in all at the back of the ring and frees for real the oldest
+// that no longer fit (all of them when the quarantine is off or its ring cannot be mapped).
+void general_allocator::impl::enter_quarantine(void* const* blocks, std::size_t count, std::size_t bytes) noexcept {
+  const std::size_t limit = self->options_.quarantine_bytes;
+  // Evictions per call: a batch's worth and as many again, so that the ring catches up after the
+  // limit shrank; the rest go with the next batches.
+  constexpr std::size_t most = 2 * heap::quarantine_batch;
+  void* evicted[most];
   std::size_t evicted_count = 0;
   {
     lock_guard guard(lock);
-    if (quarantine == nullptr) {
+    if (quarantine == nullptr && limit != 0) {
       if (auto ring = os::map(quarantine_ring_bytes)) {
         quarantine = static_cast<void**>(ring.value());
         quarantine_slots = quarantine_ring_bytes / sizeof(void*);
       }
     }
-    if (quarantine == nullptr) {
-      evicted[evicted_count++] = p;
+    if (quarantine == nullptr || limit == 0) {
+      std::copy(blocks, blocks + count, evicted);
+      evicted_count = count;
     } else {
-      if (quarantine_count == quarantine_slots) evicted[evicted_count++] = take_oldest(*this);  // full
-      quarantine[(quarantine_first + quarantine_count) & (quarantine_slots - 1)] = p;
-      ++quarantine_count;
-      quarantine_held += pg->block_size;
-      while (quarantine_held > limit && evicted_count < batch) evicted[evicted_count++] = take_oldest(*this);
+      for (std::size_t i = 0; i < count; ++i) {
+        if (quarantine_count == quarantine_slots) evicted[evicted_count++] = take_oldest(*this);  // full
+        quarantine[(quarantine_first + quarantine_count) & (quarantine_slots - 1)] = blocks[i];
+        ++quarantine_count;
+      }
+      quarantine_held += bytes;
+      while (quarantine_held > limit && evicted_count < most) evicted[evicted_count++] = take_oldest(*this);
     }
   }
   for (std::size_t i = 0; i < evicted_count; ++i) release_from_quarantine(evicted[i]);
@@ -748,8 +781,11 @@ void general_allocator::impl::release_from_quarantine(void* p) noexcept {
 }
 
 // Checks every block still in the quarantine for writes after free (the leak report at exit does,
-// so a write to a block that is never reused is still found).
+// so a write to a block that is never reused is still found): the ring, after the calling
+// thread's pending batch joins it. (Other running threads' batches, at most a batch each, are
+// not read; an exited thread's joined the ring when it exited.)
 void general_allocator::impl::check_quarantine() noexcept {
+  if (heap* h = attached_heap(this); h != nullptr && h->quarantine_pending != 0) hand_over_quarantined(h);
   constexpr std::size_t most = 16;  // reports per call
   void* written[most];
   std::size_t found = 0;
@@ -843,8 +879,15 @@ void general_allocator::impl::report_live_overflow(const void* p) noexcept {
   std::memset(c + r->requested, canary_byte, canary_end - r->requested);
 }
 
-// Frees every block in the quarantine now (purge(), configure() turning it off).
-void general_allocator::impl::flush_quarantine() noexcept {
+// Frees every block in the quarantine now (purge(), configure() turning it off or down).
+void general_allocator::impl::flush_quarantine(bool every_heap) noexcept {
+  if (every_heap) {
+    for (heap* h = heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
+      if (h->quarantine_pending != 0) hand_over_quarantined(h);
+    }
+  } else if (heap* h = attached_heap(this); h != nullptr && h->quarantine_pending != 0) {
+    hand_over_quarantined(h);
+  }
   for (;;) {
     void* oldest = nullptr;
     {

@@ -86,7 +86,7 @@ void general_allocator::configure(const options& opts) noexcept {
     impl_->direct_on = fast_;
     impl_->refresh_direct();
   }
-  if (impl_ != nullptr && release_quarantine) impl_->flush_quarantine();
+  if (impl_ != nullptr && release_quarantine) impl_->flush_quarantine(true);
 }
 
 // Points every heap's direct entries at its queues' first pages, or at empty_page while they are
@@ -340,8 +340,8 @@ bool general_allocator::owns(const void* p) const noexcept {
 void general_allocator::purge() noexcept {
   impl* im = impl_;
   if (im == nullptr) return;
-  im->flush_quarantine();
-  heap* h = im->is_global ? global_heap : static_cast<heap*>(os::thread_key_get(im->key));
+  im->flush_quarantine(false);
+  heap* h = attached_heap(im);
   const std::uint64_t now = now_ms();
   if (h != nullptr) {
     im->collect_heap(h, true);
@@ -415,7 +415,7 @@ void general_allocator::after_fork_child() noexcept {
   // The parent's other threads do not exist here. Their heaps may have been mid-update when the
   // fork happened, so they are never adopted; marking them ownerless makes every free into them
   // take the atomic cross-thread path, which is safe.
-  heap* mine = im->is_global ? global_heap : static_cast<heap*>(os::thread_key_get(im->key));
+  heap* mine = attached_heap(im);
   for (heap* h = im->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     if (h == mine) continue;
     h->thread_id.store(0, std::memory_order_relaxed);

@@ -93,6 +93,7 @@ void general_allocator::impl::forget_exited_thread(std::uintptr_t thread) noexce
 }
 
 void general_allocator::impl::abandon_heap(heap* h) noexcept {
+  if (h->quarantine_pending != 0) hand_over_quarantined(h);  // debug mode's last frees of the thread
   drain_notified(h);
   // Only what is due: the next thread to start usually adopts this heap and its warm pages.
   purge_heap(h, now_ms(), false);

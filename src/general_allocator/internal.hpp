@@ -390,6 +390,13 @@ struct heap {
   heap* next_registered = nullptr;
   heap* next_abandoned = nullptr;
   class_counters counters[class_count];
+  // Debug mode: the blocks this thread freed last, on their way into the instance's quarantine,
+  // handed over under its lock a batch at a time (debug.cpp).
+  static constexpr std::size_t quarantine_batch = 16;
+  static constexpr std::size_t quarantine_batch_bytes = 16 << 10;  // or fewer blocks, if large
+  std::uint32_t quarantine_pending = 0;
+  std::size_t quarantine_pending_bytes = 0;
+  void* quarantine_blocks[quarantine_batch] = {};
 };
 
 // The per-instance state.
@@ -495,8 +502,12 @@ struct general_allocator::impl {
   void release_records(gpa::page* pg) noexcept;
   void report_foreign(const void* p, const char* what) noexcept;
   void quarantine_then_free(gpa::segment* s, gpa::page* pg, void* p) noexcept;
+  void hand_over_quarantined(gpa::heap* h) noexcept;  // the heap's pending blocks into the ring
+  void enter_quarantine(void* const* blocks, std::size_t count, std::size_t bytes) noexcept;
   void release_from_quarantine(void* p) noexcept;
-  void flush_quarantine() noexcept;
+  // `every_heap`: also every other thread's pending blocks (configure(), which nothing runs
+  // concurrently with); else the calling thread's only.
+  void flush_quarantine(bool every_heap) noexcept;
   void check_quarantine() noexcept;
   void report_live_overflow(const void* p) noexcept;  // a live block's canary, found overwritten
   // The guard before a debug page's first block (first_block_index()): written when the page is
@@ -586,13 +597,14 @@ inline bool is_current_thread(std::uintptr_t id) noexcept {
   else return id == current_thread_id();
 }
 
+// The calling thread's heap of `im`, or null when it has none yet.
+inline heap* attached_heap(general_allocator::impl* im) noexcept {
+  if (MEMKIT_LIKELY(im->is_global)) return global_heap;
+  return static_cast<heap*>(os::thread_key_get(im->key));
+}
+
 inline heap* current_heap(general_allocator::impl* im) noexcept {
-  heap* h;
-  if (MEMKIT_LIKELY(im->is_global)) {
-    h = global_heap;
-  } else {
-    h = static_cast<heap*>(os::thread_key_get(im->key));
-  }
+  heap* h = attached_heap(im);
   if (MEMKIT_LIKELY(h != nullptr)) return h;
   return im->attach_heap();
 }
