@@ -617,8 +617,8 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   const bool captured = pg->record_frames != 0;
   current_trace now;
   // free() of a malloc block, delete of a new one: nothing to compare, the common case first.
-  const bool same_family = size == 0 && alignment == 0 && r->flags == wanted;
-  release_mismatch m = same_family ? release_mismatch{} : check_release(r->flags, wanted, size, r->requested, alignment);
+  const bool nothing_to_compare = size == 0 && alignment == 0 && r->flags == wanted;
+  release_mismatch m = nothing_to_compare ? release_mismatch{} : check_release(r->flags, wanted, size, r->requested, alignment);
   const bool mismatched = m.any();
   if (within != 0 || r->state != live || mismatched) {
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
@@ -712,8 +712,8 @@ void* take_oldest(general_allocator::impl& im) noexcept {
 // heap::quarantine_batch blocks or heap::quarantine_batch_bytes: one locked instruction per batch,
 // not per free, and no contention on the lock between threads that free. A pending block is as
 // quarantined as one in the ring (not reusable, its fill checked when it leaves), so each thread
-// holds at most a batch beyond quarantine_bytes. Without a quarantine (or a heap for the thread)
-// the block goes to the ring, or is freed at once, as before.
+// holds at most a batch beyond quarantine_bytes. A thread with no heap puts its block in the ring
+// at once; with the quarantine off, the block is freed at once.
 void general_allocator::impl::quarantine_then_free(segment* s, page* pg, void* p) noexcept {
   heap* h = attached_heap(this);
   if (self->options_.quarantine_bytes == 0) {
