@@ -131,6 +131,26 @@ TEST(malloc_preload_debug, a_correct_program_runs_clean) {
   EXPECT_FALSE(contains(out.output, "double free")) << out.output;
 }
 
+// What memkit keeps open for the life of the process (a copy of stderr, the report file, the
+// unwinder's pipe) lies high: a program that tests whether 3 and 4 are open (a jobserver client)
+// or counts on the number open() returns behaves as it does without memkit.
+TEST(malloc_preload_debug, the_program_gets_the_descriptors_it_would_without_memkit) {
+  const outcome plain = run({misuse, "descriptors"}, {});
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  char path[] = "/tmp/memkit_report_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const std::string report_file = std::string("MEMKIT_REPORT_FILE=") + path;
+  for (const std::vector<std::string>& variables :
+       {std::vector<std::string>{"MEMKIT_DEBUG=1"}, {"MEMKIT_DEBUG=1", report_file}, {"MEMKIT_STATS=1", report_file}}) {
+    const outcome out = misuse_with("descriptors", variables);
+    EXPECT_EQ(out.exit_code, 0) << out.output;
+    EXPECT_EQ(out.output, plain.output) << variables.back();
+  }
+  ::unlink(path);
+}
+
 TEST(malloc_preload_debug, double_free_is_reported_in_one_line_then_aborts) {
   auto out = misuse_with("double-free", {"MEMKIT_DEBUG=1"});
   EXPECT_EQ(out.signal, SIGABRT) << out.output;

@@ -88,9 +88,9 @@ std::size_t number(const char* name, std::size_t fallback) noexcept {
 // duplicating allocates.
 int open_report_destination() noexcept {
   if (const char* path = variable("MEMKIT_REPORT_FILE"); path != nullptr && *path != '\0') {
-    if (auto fd = os::open_for_append(path)) return fd.value();
+    if (auto fd = os::open_for_append(path, os::high_descriptors)) return fd.value();
   }
-  if (auto fd = os::duplicate_error_stream(500)) return fd.value();  // high, out of the program's way
+  if (auto fd = os::duplicate_error_stream(os::high_descriptors)) return fd.value();
   if (auto fd = os::duplicate_error_stream(3)) return fd.value();
   return os::error_stream;
 }

@@ -96,12 +96,23 @@ inline constexpr int error_stream = 2;
 // while memory is corrupt.
 status output(int fd, const char* text, std::size_t length) noexcept;
 
-// Opens `path` for appending (created with mode 0644 when missing), close-on-exec.
-result<int> open_for_append(const char* path) noexcept;
+// Opens `path` for appending (created with mode 0644 when missing), close-on-exec, at a
+// descriptor of at least `lowest` where the process may have one that high (else the lowest free).
+result<int> open_for_append(const char* path, int lowest) noexcept;
 
 // A private, close-on-exec copy of the error stream at a descriptor of at least `lowest` (so it
 // stays out of the program's way and survives the program closing its own stderr).
 result<int> duplicate_error_stream(int lowest) noexcept;
+
+// Where memkit keeps the descriptors it holds for the life of the process (a copy of stderr, the
+// report file, libunwind's pipe): far above those a program opens.
+inline constexpr int high_descriptors = 500;
+
+// Runs `body(context)` with every free descriptor below `lowest` taken, so that the descriptors it
+// opens and keeps (libunwind's pipe, opened on its first walk) lie at `lowest` or above, where they
+// do not change which descriptors the program gets or finds open. Where the process may not have
+// that many, as many as it may, less a few; elsewhere (no such numbering) it just runs `body`.
+void with_low_descriptors_taken(int lowest, void (*body)(void*), void* context) noexcept;
 
 // Reads up to `capacity` bytes of the file at `path` into `buffer`; returns how many were read.
 result<std::size_t> read_file(const char* path, char* buffer, std::size_t capacity) noexcept;

@@ -552,10 +552,43 @@ status output(int fd, const char* text, std::size_t length) noexcept {
   return {};
 }
 
-result<int> open_for_append(const char* path) noexcept {
+result<int> open_for_append(const char* path, int lowest) noexcept {
   const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return result<int>::failure(errno);
-  return fd;
+  if (fd >= lowest) return fd;
+  const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, lowest);
+  if (high < 0) return fd;  // the limit on descriptors is below `lowest`: keep the low one
+  ::close(fd);
+  return high;
+}
+
+void with_low_descriptors_taken(int lowest, void (*body)(void*), void* context) noexcept {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+      limit.rlim_cur < static_cast<rlim_t>(lowest) + 16) {
+    lowest = static_cast<int>(limit.rlim_cur) > 32 ? static_cast<int>(limit.rlim_cur) - 16 : 0;
+  }
+  // Each free descriptor below `lowest` gets a copy of one that is surely open (a new one to
+  // /dev/null, itself the first taken), closed again once `body` has run.
+  int taken[512];
+  int count = 0;
+  const int placeholder = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (placeholder >= 0 && placeholder < lowest) {
+    taken[count++] = placeholder;
+    while (count < static_cast<int>(sizeof taken / sizeof taken[0])) {
+      const int fd = ::fcntl(placeholder, F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) break;
+      if (fd >= lowest) {
+        ::close(fd);
+        break;
+      }
+      taken[count++] = fd;
+    }
+  } else if (placeholder >= 0) {
+    ::close(placeholder);
+  }
+  body(context);
+  for (int i = 0; i < count; ++i) ::close(taken[i]);
 }
 
 result<int> duplicate_error_stream(int lowest) noexcept {

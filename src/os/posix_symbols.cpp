@@ -34,6 +34,7 @@
 #include "memkit/detail/config.hpp"
 #include "memkit/os.hpp"
 #include "symbols.hpp"
+#include "platform.hpp"
 
 namespace memkit::os::symbols {
 namespace {
@@ -61,7 +62,19 @@ backtrace_function find_fast_backtrace() noexcept {
   if (state == 0 && fast_backtrace_state.compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
     if (void* library = ::dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL)) {
       if (void* symbol = ::dlsym(library, "unw_backtrace")) {
-        fast_backtrace.store(reinterpret_cast<backtrace_function>(symbol), std::memory_order_relaxed);
+        // libunwind opens a pipe on its first walk and keeps it (to probe memory): walked once
+        // here with the low descriptors taken, so that the pipe lies high and the program finds
+        // and gets the descriptors it would without memkit (a jobserver client tests whether 3
+        // and 4 are open).
+        auto backtrace = reinterpret_cast<backtrace_function>(symbol);
+        os::with_low_descriptors_taken(
+            os::high_descriptors,
+            [](void* walk) {
+              void* frames[2];
+              (void)reinterpret_cast<backtrace_function>(walk)(frames, 2);
+            },
+            symbol);
+        fast_backtrace.store(backtrace, std::memory_order_relaxed);
       }
     }
     fast_backtrace_state.store(2, std::memory_order_release);

@@ -496,13 +496,15 @@ status output(int fd, const char* text, std::size_t length) noexcept {
   return {};
 }
 
-result<int> open_for_append(const char* path) noexcept {
+result<int> open_for_append(const char* path, int) noexcept {
   // Not inheritable (null security attributes): the handle's "close-on-exec".
   const HANDLE handle = ::CreateFileA(path, FILE_APPEND_DATA, FILE_SHARE_READ | FILE_SHARE_WRITE, nullptr,
                                       OPEN_ALWAYS, FILE_ATTRIBUTE_NORMAL, nullptr);
   if (handle == INVALID_HANDLE_VALUE) return result<int>::failure(static_cast<int>(::GetLastError()));
   return descriptor_of(handle, _O_APPEND);
 }
+
+void with_low_descriptors_taken(int, void (*body)(void*), void* context) noexcept { body(context); }
 
 result<int> duplicate_error_stream(int) noexcept {
   HANDLE copy = nullptr;
