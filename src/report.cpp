@@ -75,11 +75,22 @@ struct held_stack {
 held_stack held[4];
 std::size_t held_count = 0;
 
+// Each report (begin() to end(), or a note) goes out in one write() where it fits this buffer, so
+// that reports of several threads, or of several processes appending to one report file (make
+// -j2's compilers under memkit-run --report), do not mix within a line or a report. The thread
+// that holds it (from begin() to end()) is flagged; a report made meanwhile on that thread (which
+// does not happen) is written directly.
+constexpr std::size_t output_capacity = 16384;
+char output[output_capacity];
+std::size_t output_used = 0;
+std::atomic<bool> output_lock{false};
+constinit thread_local bool holding_output = false;
+
 }  // namespace
 
 report_writer::report_writer(int fd, general_allocator::report_format format, misuse_report misuse) noexcept
     : report_writer(fd, format) {
-  if (writing_misuse_report) return;
+  if (writing_misuse_report || holding_output) return;
   while (misuse_lock.exchange(true, std::memory_order_acquire)) os::yield_thread();
   writing_misuse_report = true;
   serialized_ = true;
@@ -89,15 +100,50 @@ report_writer::report_writer(int fd, general_allocator::report_format format, mi
 }
 
 report_writer::~report_writer() {
+  if (serialized_ && deciding_) decide();  // a report without end()
+  release_output();
   if (!serialized_) return;
-  if (deciding_) decide();  // a report without end()
   writing_misuse_report = false;
   misuse_lock.store(false, std::memory_order_release);
 }
 
+void report_writer::hold_output() noexcept {
+  if (holds_output_ || holding_output) return;
+  while (output_lock.exchange(true, std::memory_order_acquire)) os::yield_thread();
+  holding_output = true;
+  holds_output_ = true;
+  output_used = 0;
+}
+
+void report_writer::release_output() noexcept {
+  if (!holds_output_) return;
+  put(fd_, output, output_used);
+  output_used = 0;
+  holds_output_ = false;
+  holding_output = false;
+  output_lock.store(false, std::memory_order_release);
+}
+
+void report_writer::emit(const char* s, std::size_t n) noexcept {
+  if (!holds_output_) {
+    put(fd_, s, n);
+    return;
+  }
+  if (n > output_capacity - output_used) {  // longer than what is left: what is held goes first
+    put(fd_, output, output_used);
+    output_used = 0;
+  }
+  if (n > output_capacity) {
+    put(fd_, s, n);
+    return;
+  }
+  std::memcpy(output + output_used, s, n);
+  output_used += n;
+}
+
 void report_writer::write_pending() noexcept {
   deciding_ = false;
-  put(fd_, pending, pending_length);
+  emit(pending, pending_length);
   pending_length = 0;
   const std::size_t stacks = held_count;
   held_count = 0;
@@ -107,6 +153,9 @@ void report_writer::write_pending() noexcept {
 void misuse_reports_after_fork_in_child() noexcept {
   writing_misuse_report = false;
   misuse_lock.store(false, std::memory_order_relaxed);
+  holding_output = false;
+  output_used = 0;
+  output_lock.store(false, std::memory_order_relaxed);
 }
 
 repeated_misuse repeated_misuse_reports() noexcept {
@@ -147,7 +196,7 @@ void report_writer::text(const char* s, std::size_t n) noexcept {
     }
     write_pending();  // too long to hold: written, whether or not it repeats
   }
-  put(fd_, s, n);
+  emit(s, n);
 }
 
 void report_writer::text(const char* s) noexcept { text(s, std::strlen(s)); }
@@ -193,6 +242,7 @@ void report_writer::begin(const char* kind, const void* address, std::size_t siz
   if (length < 0) headline[0] = '\0';
   stacks_open_ = false;
   kind_ = kind;
+  hold_output();
   if (!json_) {
     formatted("memkit: %s\n", headline);
     return;
@@ -234,7 +284,11 @@ void report_writer::write_stack(const char* title, void* const* frames, std::siz
       text("    (stack traces not captured: options::capture_stack_traces is off)\n");
       return;
     }
-    detail::print_stack_trace(fd_, frames, count);
+    detail::print_stack_trace(
+        [](void* writer, const char* piece, std::size_t length) noexcept {
+          static_cast<report_writer*>(writer)->emit(piece, length);
+        },
+        this, frames, count);
     return;
   }
   text(stacks_open_ ? "," : ",\"stacks\":[");
@@ -258,10 +312,12 @@ void report_writer::write_stack(const char* title, void* const* frames, std::siz
 
 void report_writer::end() noexcept {
   if (deciding_) decide();
-  if (!json_) return;
-  if (stacks_open_) text("]");
-  text("}\n");
-  stacks_open_ = false;
+  if (json_) {
+    if (stacks_open_) text("]");
+    text("}\n");
+    stacks_open_ = false;
+  }
+  release_output();
 }
 
 void report_writer::note(const char* kind, const char* format, ...) noexcept {
@@ -271,15 +327,17 @@ void report_writer::note(const char* kind, const char* format, ...) noexcept {
   const int length = std::vsnprintf(line, sizeof line, format, args);
   va_end(args);
   if (length < 0) return;
+  hold_output();
   if (!json_) {
     formatted("memkit: %s\n", line);
-    return;
+  } else {
+    text("{\"kind\":");
+    quoted(kind);
+    text(",\"message\":");
+    quoted(line);
+    text("}\n");
   }
-  text("{\"kind\":");
-  quoted(kind);
-  text(",\"message\":");
-  quoted(line);
-  text("}\n");
+  release_output();
 }
 
 }  // namespace memkit::diagnostics

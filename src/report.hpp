@@ -112,6 +112,10 @@ class report_writer {
   void decide() noexcept;  // a deciding misuse writer, at end(): written or left out
   void write_pending() noexcept;  // what it held: the text, then the stacks
   void write_stack(const char* title, void* const* frames, std::size_t count, bool captured) noexcept;
+  // Each report, begin() to end() (or a note), is held and written in one piece (report.cpp).
+  void hold_output() noexcept;
+  void release_output() noexcept;
+  void emit(const char* s, std::size_t n) noexcept;  // every byte written goes through here
   int fd_;
   bool json_;
   bool stacks_open_ = false;
@@ -120,6 +124,7 @@ class report_writer {
   bool serialized_ = false;
   bool deciding_ = false;
   bool muted_ = false;
+  bool holds_output_ = false;
   const char* kind_ = "";
 };
 

@@ -84,11 +84,11 @@ void set_capture_origin(const void* return_address) noexcept { capture_origin = 
 
 namespace {
 
-// Collects a trace's text and writes it in few write() calls: a leak report prints thousands of
+// Collects a trace's text and hands it on in few pieces: a leak report prints thousands of
 // traces, and a system call per piece of a line cost more than symbolizing them.
 class trace_writer {
  public:
-  explicit trace_writer(int fd) noexcept : fd_(fd) {}
+  trace_writer(text_sink sink, void* context) noexcept : sink_(sink), context_(context) {}
   ~trace_writer() { flush(); }
   trace_writer(const trace_writer&) = delete;
   trace_writer& operator=(const trace_writer&) = delete;
@@ -96,7 +96,7 @@ class trace_writer {
   void text(const char* piece, std::size_t length) noexcept {
     if (length > sizeof buffer_ - used_) flush();
     if (length > sizeof buffer_) {  // a name longer than the buffer goes out on its own
-      write_all(fd_, piece, length);
+      sink_(context_, piece, length);
       return;
     }
     std::memcpy(buffer_ + used_, piece, length);
@@ -110,20 +110,29 @@ class trace_writer {
     if (length > 0) text(piece, std::min(static_cast<std::size_t>(length), sizeof piece - 1));
   }
   void flush() noexcept {
-    write_all(fd_, buffer_, used_);
+    if (used_ != 0) sink_(context_, buffer_, used_);
     used_ = 0;
   }
 
  private:
-  int fd_;
+  text_sink sink_;
+  void* context_;
   std::size_t used_ = 0;
   char buffer_[4096];
 };
 
+void to_descriptor(void* fd, const char* text, std::size_t length) noexcept {
+  write_all(static_cast<int>(reinterpret_cast<std::intptr_t>(fd)), text, length);
+}
+
 }  // namespace
 
 void print_stack_trace(int fd, void* const* frames, std::size_t count) noexcept {
-  trace_writer out(fd);
+  print_stack_trace(&to_descriptor, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)), frames, count);
+}
+
+void print_stack_trace(text_sink sink, void* context, void* const* frames, std::size_t count) noexcept {
+  trace_writer out(sink, context);
   if (count == 0) {
     out.text("    (no stack trace captured)\n");
     return;

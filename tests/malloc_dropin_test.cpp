@@ -151,6 +151,40 @@ TEST(malloc_preload_debug, the_program_gets_the_descriptors_it_would_without_mem
   ::unlink(path);
 }
 
+// Processes that report at once to one file (make -j2's compilers under --report) do not mix
+// their reports: each goes out whole, so every JSON line is one whole record.
+TEST(malloc_preload_debug, reports_of_processes_writing_one_file_at_once_do_not_mix) {
+  char path[] = "/tmp/memkit_report_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const outcome out = misuse_with("leaking-children", {"MEMKIT_DEBUG=1", "MEMKIT_REPORT_FORMAT=json",
+                                                       std::string("MEMKIT_REPORT_FILE=") + path});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  std::string written;
+  if (FILE* file = std::fopen(path, "r")) {
+    char buffer[4096];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) written.append(buffer, n);
+    std::fclose(file);
+  }
+  ::unlink(path);
+  std::size_t lines = 0;
+  std::size_t summaries = 0;
+  for (std::size_t at = 0; at < written.size();) {
+    const std::size_t end = written.find('\n', at);
+    ASSERT_NE(end, std::string::npos) << "a record without its end";
+    const std::string line = written.substr(at, end - at);
+    ++lines;
+    EXPECT_TRUE(line.front() == '{' && line.back() == '}' && line.find("}{") == std::string::npos &&
+                line.find("{\"kind\"", 1) == std::string::npos)
+        << line.substr(0, 400);
+    summaries += line.rfind("{\"kind\":\"leak-summary\"", 0) == 0;
+    at = end + 1;
+  }
+  EXPECT_EQ(summaries, 4u) << written.substr(0, 2000);
+  EXPECT_GT(lines, 4u * 10);  // a record per place whose (12-frame) stack differs, and a summary
+}
+
 TEST(malloc_preload_debug, double_free_is_reported_in_one_line_then_aborts) {
   auto out = misuse_with("double-free", {"MEMKIT_DEBUG=1"});
   EXPECT_EQ(out.signal, SIGABRT) << out.output;

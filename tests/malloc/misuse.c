@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../support/refuse_tracing.h"
@@ -24,6 +25,16 @@ static void* volatile slot;
 static void* launder(void* p) {
   slot = p;
   return slot;
+}
+
+/* Loses one block at each depth of a recursion `depth` deep: each has another allocation stack,
+   so the leak report has one record per depth. */
+__attribute__((noinline)) static void lose_from_places(int depth) {
+  if (depth == 0) return;
+  launder(malloc(16 + (size_t)depth));
+  slot = NULL;
+  lose_from_places(depth - 1);
+  __asm__ volatile("" ::: "memory"); /* no tail call: every depth keeps its frame */
 }
 
 /* Before main: every allocation function, from a constructor. */
@@ -182,6 +193,30 @@ int main(int argc, char** argv) {
       if (!p) return 3;
       memset(p, 1, (size_t)i + 1);
       free(launder(p));
+    }
+    return 0;
+  }
+  if (strcmp(what, "leaking-children") == 0) {
+    /* Four children that each lose blocks from 20 places and exit at the same moment, so that
+       their leak reports are written at once, to one file. */
+    int go[2];
+    if (pipe(go) != 0) return 3;
+    for (int child = 0; child < 4; ++child) {
+      const pid_t pid = fork();
+      if (pid < 0) return 3;
+      if (pid == 0) {
+        close(go[1]);
+        lose_from_places(20);
+        char byte;
+        (void)read(go[0], &byte, 1); /* returns when the parent closes its end */
+        exit(0);
+      }
+    }
+    close(go[0]);
+    close(go[1]);
+    for (int child = 0; child < 4; ++child) {
+      int status = 0;
+      if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return 3;
     }
     return 0;
   }

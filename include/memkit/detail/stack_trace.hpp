@@ -37,6 +37,9 @@ void set_capture_origin(const void* return_address) noexcept;
 // where the function, " at file:line" and the object are left out when unknown. Must not be called
 // while holding a lock that malloc takes (it may allocate on first use of a module).
 void print_stack_trace(int fd, void* const* frames, std::size_t count) noexcept;
+// The same lines, handed to `sink(context, text, length)` a few at a time (a report's own buffer).
+using text_sink = void (*)(void* context, const char* text, std::size_t length) noexcept;
+void print_stack_trace(text_sink sink, void* context, void* const* frames, std::size_t count) noexcept;
 
 // What is known about one captured frame. The strings stay valid for the life of the process.
 struct resolved_frame {
