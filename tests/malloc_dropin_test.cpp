@@ -69,6 +69,19 @@ TEST(malloc_preload, a_dlopened_library_uses_the_drop_in_from_its_threads) {
   }
 }
 
+// A library opened with RTLD_DEEPBIND (as PHP opens its extensions) frees the program's blocks
+// and hands out its own with the drop-in's free and malloc; a library found through the program's
+// RUNPATH is still found (the C library sees the program, not memkit, as dlopen's caller).
+TEST(malloc_preload, a_library_opened_with_deepbind_uses_the_drop_in) {
+  for (const char* debug : {"MEMKIT_DEBUG=0", "MEMKIT_DEBUG=1"}) {
+    auto out = run({misuse, "deepbind-plugin", MEMKIT_MALLOC_PLUGIN}, {preload, debug, "MEMKIT_LEAKS=0"});
+    EXPECT_EQ(out.exit_code, 0) << debug << "\n" << out.output;
+    EXPECT_EQ(out.output, "") << debug;
+  }
+  auto without = run({misuse, "deepbind-plugin", MEMKIT_MALLOC_PLUGIN}, {});
+  EXPECT_EQ(without.exit_code, 0) << without.output;  // the program itself is sound
+}
+
 TEST(malloc_preload, short_lived_threads_leave_nothing_broken) {
   for (const char* debug : {"MEMKIT_DEBUG=0", "MEMKIT_DEBUG=1"}) {
     auto out = misuse_with("threads", {debug, "MEMKIT_LEAKS=0"});

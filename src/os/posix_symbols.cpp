@@ -540,3 +540,55 @@ void write_all(int fd, const char* text, std::size_t length) noexcept {
 }
 
 }  // namespace memkit::os::symbols
+
+// ---- the drop-in's dlopen ----------------------------------------------------------------------
+//
+// A library opened with RTLD_DEEPBIND looks its symbols up in itself and its own dependencies
+// first, so its malloc and free are the C library's, not the drop-in's: PHP opens its extensions
+// that way, and a block its core allocated (memkit's) freed in an extension (glibc's free) crashed
+// it. The drop-in's dlopen takes the flag off, so such a library binds malloc and free where every
+// other library does, and hands the call on to the C library's dlopen by a jump, not a call: the
+// C library takes its caller's return address for the object that called dlopen (whose RUNPATH it
+// searches, and whose namespace it loads into), which must stay the program's, not memkit's.
+#if defined(MEMKIT_MALLOC_SHARED) && defined(__x86_64__)
+extern "C" {
+// The C library's dlopen, found at the first call (dlsym(RTLD_NEXT) from this library).
+// (Both named by the assembly below only: `used` and `externally_visible` keep link-time
+// optimization from dropping or renaming them.)
+__attribute__((visibility("hidden"), used, externally_visible)) void* memkit_next_dlopen = nullptr;
+__attribute__((visibility("hidden"), used, externally_visible)) void* memkit_find_next_dlopen() noexcept {
+  void* next = ::dlsym(RTLD_NEXT, "dlopen");
+  __atomic_store_n(&memkit_next_dlopen, next, __ATOMIC_RELEASE);
+  return next;
+}
+}
+static_assert(RTLD_DEEPBIND == 8, "the jump below clears bit 3 of dlopen's flags");
+__asm__(R"(
+  .pushsection .text
+  .globl dlopen
+  .type dlopen, @function
+dlopen:
+  endbr64
+  andl $-9, %esi
+  movq memkit_next_dlopen(%rip), %rax
+  testq %rax, %rax
+  jz 1f
+  jmp *%rax
+1:
+  pushq %rdi
+  pushq %rsi
+  subq $8, %rsp
+  call memkit_find_next_dlopen
+  addq $8, %rsp
+  popq %rsi
+  popq %rdi
+  testq %rax, %rax
+  jz 2f
+  jmp *%rax
+2:
+  xorl %eax, %eax
+  ret
+  .size dlopen, .-dlopen
+  .popsection
+)");
+#endif

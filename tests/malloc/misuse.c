@@ -177,6 +177,31 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  /* A library opened with RTLD_DEEPBIND frees a block of the program's and hands one out: its
+     free and malloc must be the drop-in's (PHP opens its extensions so). Then the same library
+     opened by its bare name, found through this program's RUNPATH: the drop-in's dlopen must keep
+     the program as the caller whose RUNPATH is searched. */
+  if (strcmp(what, "deepbind-plugin") == 0 && argc == 3) {
+    void* library = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (!library) {
+      fprintf(stderr, "dlopen: %s\n", dlerror());
+      return 3;
+    }
+    void (*release)(void*) = (void (*)(void*))dlsym(library, "plugin_free");
+    char* (*copy)(void) = (char* (*)(void))dlsym(library, "plugin_copy_greeting");
+    if (!release || !copy) return 4;
+    release(launder(malloc(100)));
+    char* text = copy();
+    if (!text || strcmp(text, "hello from the plugin") != 0) return 5;
+    free(text);
+    if (dlclose(library) != 0) return 7;
+    void* by_name = dlopen("memkit_malloc_plugin.so", RTLD_NOW | RTLD_LOCAL);
+    if (!by_name) {
+      fprintf(stderr, "dlopen by name: %s\n", dlerror());
+      return 8;
+    }
+    return dlclose(by_name) == 0 ? 0 : 7;
+  }
   if (strcmp(what, "threads") == 0) {
     for (int i = 0; i < 200; ++i) {
       pthread_t thread;
