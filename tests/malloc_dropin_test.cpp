@@ -46,6 +46,17 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// What the file at `path` holds (empty when it cannot be read).
+std::string read_file(const std::string& path) {
+  std::string text;
+  if (FILE* file = std::fopen(path.c_str(), "r")) {
+    char buffer[4096];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, n);
+    std::fclose(file);
+  }
+  return text;
+}
+
 // The first line of a report: what went wrong, in one line.
 std::string first_report_line(const std::string& output) {
   auto at = output.find("memkit:");
@@ -103,12 +114,7 @@ TEST(malloc_preload, reports_go_to_memkit_report_file_when_set) {
   auto out = misuse_with("double-free", {"MEMKIT_DEBUG=1", std::string("MEMKIT_REPORT_FILE=") + path});
   EXPECT_EQ(out.signal, SIGABRT);
   EXPECT_FALSE(contains(out.output, "double free")) << "the report went to the file, not stderr";
-  std::string written;
-  if (FILE* file = std::fopen(path, "r")) {
-    char buffer[4096];
-    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) written.append(buffer, n);
-    std::fclose(file);
-  }
+  const std::string written = read_file(path);
   ::unlink(path);
   EXPECT_TRUE(contains(first_report_line(written), "double free")) << written;
 }
@@ -174,12 +180,7 @@ TEST(malloc_preload_debug, reports_of_processes_writing_one_file_at_once_do_not_
   const outcome out = misuse_with("leaking-children", {"MEMKIT_DEBUG=1", "MEMKIT_REPORT_FORMAT=json",
                                                        std::string("MEMKIT_REPORT_FILE=") + path});
   EXPECT_EQ(out.exit_code, 0) << out.output;
-  std::string written;
-  if (FILE* file = std::fopen(path, "r")) {
-    char buffer[4096];
-    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) written.append(buffer, n);
-    std::fclose(file);
-  }
+  const std::string written = read_file(path);
   ::unlink(path);
   std::size_t lines = 0;
   std::size_t summaries = 0;
@@ -551,16 +552,6 @@ std::string write_temporary(const char* suffix, const std::string& text) {
   if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) return {};
   ::close(fd);
   return name.data();
-}
-
-std::string read_file(const std::string& path) {
-  std::string text;
-  if (FILE* file = std::fopen(path.c_str(), "r")) {
-    char buffer[4096];
-    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, n);
-    std::fclose(file);
-  }
-  return text;
 }
 
 // The leak summaries of every process the command started, in order of exit.
