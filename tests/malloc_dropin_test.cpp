@@ -199,6 +199,23 @@ TEST(malloc_preload_debug, reports_of_processes_writing_one_file_at_once_do_not_
   EXPECT_GT(lines, 4u * 10);  // a record per place whose (12-frame) stack differs, and a summary
 }
 
+// C23's free_sized and free_aligned_sized: the size must be the one the block was requested with
+// (malloc's, calloc's count times size, realloc's new size), as for a sized delete.
+TEST(malloc_preload_debug, free_sized_of_another_size_is_reported) {
+  const outcome right = misuse_with("free-sized", {"MEMKIT_DEBUG=1"});
+  EXPECT_EQ(right.exit_code, 0) << right.output;
+  EXPECT_EQ(right.output, "");
+  const outcome wrong = misuse_with("free-sized-wrong", {"MEMKIT_DEBUG=1"});
+  EXPECT_EQ(wrong.signal, SIGABRT) << wrong.output;
+  EXPECT_TRUE(contains(first_report_line(wrong.output),
+                       "mismatched free size: the 40-byte block at 0x"))
+      << wrong.output;
+  EXPECT_TRUE(contains(wrong.output, "was allocated with malloc and released with free_sized of 48 bytes"))
+      << wrong.output;
+  const outcome released = misuse_with("free-sized-wrong", {"MEMKIT_DEBUG=0"});
+  EXPECT_EQ(released.exit_code, 0) << released.output;  // outside debug mode: freed, unchecked
+}
+
 TEST(malloc_preload_debug, double_free_is_reported_in_one_line_then_aborts) {
   auto out = misuse_with("double-free", {"MEMKIT_DEBUG=1"});
   EXPECT_EQ(out.signal, SIGABRT) << out.output;

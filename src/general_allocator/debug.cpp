@@ -214,6 +214,11 @@ void report_wrong_release(const general_allocator::options& o, const void* p, st
               "mismatched deallocate size: the %zu-byte block at " MEMKIT_ADDRESS " was released with deallocate "
               "of %zu bytes",
               requested, diagnostics::address(p), m.size);
+  } else if (m.wrong_size && m.wanted == static_cast<std::uint8_t>(general_allocator::allocation_family::malloc)) {
+    out.begin("mismatched-free-size", p, requested,  // C23's free_sized and free_aligned_sized
+              "mismatched free size: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released "
+              "with free_sized of %zu bytes",
+              requested, diagnostics::address(p), family_allocator_name(m.had), m.size);
   } else if (m.wrong_size) {
     out.begin("mismatched-delete-size", p, requested,
               "mismatched delete size: the %zu-byte block at " MEMKIT_ADDRESS " was allocated with %s and released "

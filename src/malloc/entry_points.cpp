@@ -199,10 +199,13 @@ MEMKIT_MALLOC_EXPORT void* memalign(std::size_t alignment, std::size_t size) noe
 MEMKIT_MALLOC_EXPORT void* valloc(std::size_t size) noexcept { return allocate_page_aligned(size); }
 MEMKIT_MALLOC_EXPORT void* pvalloc(std::size_t size) noexcept { return allocate_whole_pages(size); }
 MEMKIT_MALLOC_EXPORT std::size_t malloc_usable_size(void* p) noexcept { return usable_size(p); }
-// C23: the size (and alignment) must be the ones the block was requested with; the general
-// allocator finds both itself, so they only serve as documentation here.
-MEMKIT_MALLOC_EXPORT void free_sized(void* p, std::size_t) noexcept { release(p); }
-MEMKIT_MALLOC_EXPORT void free_aligned_sized(void* p, std::size_t, std::size_t) noexcept { release(p); }
+// C23: the size (and alignment) must be the ones the block was requested with. The general
+// allocator finds both itself; debug mode checks the size, as it does a sized delete's (the
+// alignment is not compared: see debug.cpp's is_other_alignment).
+MEMKIT_MALLOC_EXPORT void free_sized(void* p, std::size_t size) noexcept { release_as(p, family::malloc, size); }
+MEMKIT_MALLOC_EXPORT void free_aligned_sized(void* p, std::size_t, std::size_t size) noexcept {
+  release_as(p, family::malloc, size);
+}
 MEMKIT_MALLOC_EXPORT void cfree(void* p) noexcept { release(p); }
 
 // glibc's own names for the same functions.

@@ -245,6 +245,25 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  /* C23's sized frees, found at run time (this C library may have none; the drop-in has both):
+     "free-sized" with the sizes the blocks were requested with, "free-sized-wrong" with another. */
+  if (strcmp(what, "free-sized") == 0 || strcmp(what, "free-sized-wrong") == 0) {
+    void (*sized)(void*, size_t) = (void (*)(void*, size_t))dlsym(RTLD_DEFAULT, "free_sized");
+    void (*aligned_sized)(void*, size_t, size_t) =
+        (void (*)(void*, size_t, size_t))dlsym(RTLD_DEFAULT, "free_aligned_sized");
+    if (!sized || !aligned_sized) return 77;
+    if (strcmp(what, "free-sized-wrong") == 0) {
+      sized(launder(malloc(40)), 48);
+      return 0;
+    }
+    sized(launder(malloc(40)), 40);
+    sized(launder(calloc(4, 10)), 40);
+    char* grown = launder(realloc(launder(malloc(10)), 100));
+    sized(grown, 100);
+    aligned_sized(launder(aligned_alloc(64, 128)), 64, 128);
+    sized(NULL, 0);
+    return 0;
+  }
   if (strcmp(what, "descriptors") == 0) {
     /* Which low descriptors are open, and which one the program's next open() gets: the same with
        the drop-in as without it. */
