@@ -160,6 +160,8 @@ struct release_mismatch {
 
 release_mismatch check_release(std::uint8_t flags, std::uint8_t wanted, std::size_t size, std::size_t requested,
                                std::size_t alignment) noexcept {
+  // free() of a malloc block, delete of a new one: nothing to compare, the common case first.
+  if (size == 0 && alignment == 0 && flags == wanted) return {};
   return {static_cast<std::uint8_t>(flags & family_mask), wanted, size, size != 0 && size != requested,
           named_alignment(flags), alignment, is_other_alignment(flags, wanted, alignment)};
 }
@@ -621,9 +623,7 @@ void general_allocator::impl::debug_free(void* p, allocation_family family, std:
   unsigned char* block_start = reinterpret_cast<unsigned char*>(pg->start) + index * bs;
   const bool captured = pg->record_frames != 0;
   current_trace now;
-  // free() of a malloc block, delete of a new one: nothing to compare, the common case first.
-  const bool nothing_to_compare = size == 0 && alignment == 0 && r->flags == wanted;
-  release_mismatch m = nothing_to_compare ? release_mismatch{} : check_release(r->flags, wanted, size, r->requested, alignment);
+  release_mismatch m = check_release(r->flags, wanted, size, r->requested, alignment);
   const bool mismatched = m.any();
   if (within != 0 || r->state != live || mismatched) {
     if (captured) now.count = detail::capture_stack_trace(now.frames, pg->record_frames, report_skip);
