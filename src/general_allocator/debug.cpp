@@ -162,7 +162,9 @@ release_mismatch check_release(std::uint8_t flags, std::uint8_t wanted, std::siz
                                std::size_t alignment) noexcept {
   // free() of a malloc block, delete of a new one: nothing to compare, the common case first.
   if (size == 0 && alignment == 0 && flags == wanted) return {};
-  return {static_cast<std::uint8_t>(flags & family_mask), wanted, size, size != 0 && size != requested,
+  // (A size of 0 means an unsized release, so a sized one of a 0-byte block passes 1.)
+  const std::size_t sized_as = requested != 0 ? requested : 1;
+  return {static_cast<std::uint8_t>(flags & family_mask), wanted, size, size != 0 && size != sized_as,
           named_alignment(flags), alignment, is_other_alignment(flags, wanted, alignment)};
 }
 
@@ -420,7 +422,9 @@ void* general_allocator::impl::debug_allocate(std::size_t size, std::size_t alig
   const std::size_t canary = o.canary_bytes;
   const std::size_t frames = o.capture_stack_traces ? o.stack_frames : 0;
   const std::size_t a = alignment < default_alignment ? default_alignment : alignment;
-  const std::size_t need = size + canary;
+  // A request for 0 bytes keeps its size: it is reported as 0 bytes, and its canary starts at its
+  // first byte, so a write there is an overflow (without canaries it still needs a byte of slot).
+  const std::size_t need = size + canary != 0 ? size + canary : 1;
   if (family == allocation_family::any) family = allocation_family::malloc;
   const std::uint8_t flags = allocation_flags(family, new_alignment);
   if (alignment <= max_class_alignment && need <= large_max && detail::align_up(need, a) <= large_max) {
@@ -468,7 +472,6 @@ void* general_allocator::allocate_in_family(std::size_t size, std::size_t alignm
   impl* im = impl_;
   if (im == nullptr) return allocation_failure();
   if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return allocation_failure(EINVAL);
-  if (size == 0) size = 1;
   if (MEMKIT_UNLIKELY(size > max_allocation_size)) return allocation_failure();
   if (detail::symbolizing_on_this_thread()) return im->allocate_generic(size, alignment, false);  // plain
   void* p = im->debug_allocate(size, alignment, family, new_alignment);

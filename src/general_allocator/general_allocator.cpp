@@ -149,16 +149,16 @@ void* general_allocator::allocate_zeroed(std::size_t size, std::size_t alignment
 // mapping of their own (huge.cpp).
 void* general_allocator::impl::allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept {
   if (MEMKIT_UNLIKELY(!detail::is_power_of_two(alignment))) return allocation_failure(EINVAL);
-  if (size == 0) size = 1;
   if (MEMKIT_UNLIKELY(size > max_allocation_size)) return allocation_failure();
   // The symbolizer's own allocations (libdw's, while a report prints a trace) are plain ones:
   // recording or checking them would recurse into the report.
   if (self->options_.debug && !detail::symbolizing_on_this_thread()) {
-    void* p = debug_allocate(size, alignment);
+    void* p = debug_allocate(size, alignment);  // a request for 0 bytes stays one (debug_allocate)
     if (p == nullptr) return allocation_failure();
     if (zeroed) std::memset(p, 0, size);
     return p;
   }
+  if (size == 0) size = 1;
   if (alignment <= max_class_alignment) {
     const std::size_t need = alignment <= default_alignment ? size : detail::align_up(size, alignment);
     if (need <= large_max) {

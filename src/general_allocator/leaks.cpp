@@ -11,10 +11,10 @@
 // before debug mode was switched on (no records, so no way to tell whether they are reachable: they
 // count as roots), as do the blocks of other instances; of both, only those that may be live
 // (scan_untracked_page()). Then transitively every reachable block, over its requested bytes; a
-// pointer anywhere inside a block's requested bytes counts as reaching it (a request for 0 bytes is
-// kept as 1), as memcheck and LeakSanitizer count it. A pointer into the rest of the block's slot,
-// past what was asked for (debug mode's canary, the size class's rounding), reaches nothing: a
-// stale word there made a lost arena of perl's look reachable.
+// pointer anywhere inside a block's requested bytes counts as reaching it (a pointer to a 0-byte
+// block's start too: reach_of()), as memcheck and LeakSanitizer count it. A pointer into the rest
+// of the block's slot, past what was asked for (debug mode's canary, the size class's rounding),
+// reaches nothing: a stale word there made a lost arena of perl's look reachable.
 //
 // Classes (memcheck's): a live block no root reaches is lost. Lost blocks are grouped in cliques:
 // walking the lost blocks in address order, each one not yet reached is a clique leader,
@@ -61,6 +61,10 @@ namespace memkit {
 using namespace gpa;
 
 namespace {
+
+// How many bytes from a block's start a pointer reaches it: its requested bytes, at least one (a
+// block of 0 bytes is reached by a pointer to its start, as memcheck counts it).
+constexpr std::size_t reach_of(std::size_t requested) noexcept { return requested != 0 ? requested : 1; }
 
 debug_record* record_of(const page* pg, std::size_t index) noexcept {
   return reinterpret_cast<debug_record*>(pg->records + index * pg->record_size);
@@ -729,7 +733,7 @@ bool leak_scanner::build_lookup() noexcept {
         for (std::size_t b = 0; b < pg->capacity; ++b) {
           if (marks_[mark_base + b] == not_live) continue;
           ++live;
-          least = std::min(least, sizes_[mark_base + b]);
+          least = std::min(least, static_cast<std::uint32_t>(reach_of(sizes_[mark_base + b])));
         }
         unreached_[head] = live;
       } else {
@@ -851,7 +855,7 @@ void leak_scanner::visit_slow(std::uintptr_t v) noexcept {
   if (!find(v, start, mark, record, large)) return;
   const auto m = static_cast<std::size_t>(mark - marks_);
   const std::size_t size = record != nullptr ? std::size_t{sizes_[m]} : large->huge_requested;
-  if (is_set(m) || v - reinterpret_cast<std::uintptr_t>(start) >= size || !newly_reached(m)) return;
+  if (is_set(m) || v - reinterpret_cast<std::uintptr_t>(start) >= reach_of(size) || !newly_reached(m)) return;
   *mark = new_mark_;
   reached(m, start, size);
 }
