@@ -314,10 +314,16 @@ void report_writer::end() noexcept {
   if (deciding_) decide();
   if (json_) {
     if (stacks_open_) text("]");
+    process_field();
     text("}\n");
     stacks_open_ = false;
   }
   release_output();
+}
+
+// The record's last field, which process wrote it: several processes may share one report file.
+void report_writer::process_field() noexcept {
+  formatted(",\"pid\":%llu", static_cast<unsigned long long>(os::process_id()));
 }
 
 void report_writer::note(const char* kind, const char* format, ...) noexcept {
@@ -335,6 +341,7 @@ void report_writer::note(const char* kind, const char* format, ...) noexcept {
     quoted(kind);
     text(",\"message\":");
     quoted(line);
+    process_field();
     text("}\n");
   }
   release_output();

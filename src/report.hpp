@@ -109,6 +109,7 @@ class report_writer {
   void text(const char* s) noexcept;
   void formatted(const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
   void quoted(const char* s) noexcept;  // a JSON string
+  void process_field() noexcept;       // JSON: "pid"
   void decide() noexcept;  // a deciding misuse writer, at end(): written or left out
   void write_pending() noexcept;  // what it held: the text, then the stacks
   void write_stack(const char* title, void* const* frames, std::size_t count, bool captured) noexcept;

@@ -23,6 +23,7 @@ TEST(malloc_preload, not_built_in_sanitizer_builds) {
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -197,6 +198,41 @@ TEST(malloc_preload_debug, reports_of_processes_writing_one_file_at_once_do_not_
   }
   EXPECT_EQ(summaries, 4u) << written.substr(0, 2000);
   EXPECT_GT(lines, 4u * 10);  // a record per place whose (12-frame) stack differs, and a summary
+}
+
+// "%p" in MEMKIT_REPORT_FILE stands for the process id: each process gets a file of its own, a
+// forked child too (it would otherwise go on writing to its parent's), and every JSON record says
+// which process wrote it.
+TEST(malloc_preload_debug, a_report_file_per_process) {
+  char directory[] = "/tmp/memkit_reports_XXXXXX";
+  ASSERT_NE(::mkdtemp(directory), nullptr);
+  const outcome out = misuse_with("leaking-children", {"MEMKIT_DEBUG=1", "MEMKIT_REPORT_FORMAT=json",
+                                                       std::string("MEMKIT_REPORT_FILE=") + directory + "/report.%p.json"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  std::size_t files = 0;
+  std::size_t reporting = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    const std::string name = entry.path().filename().string();
+    ++files;
+    const std::string written = read_file(entry.path().string());
+    std::filesystem::remove(entry.path());
+    const std::size_t dot = name.find('.', 7);
+    ASSERT_TRUE(name.rfind("report.", 0) == 0 && dot != std::string::npos && name.substr(dot) == ".json") << name;
+    const std::string pid = name.substr(7, dot - 7);
+    ASSERT_TRUE(!pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos) << name;
+    if (written.empty()) continue;  // the parent, which loses nothing
+    ++reporting;
+    std::size_t summaries = 0;
+    for (std::size_t at = 0, end; (end = written.find('\n', at)) != std::string::npos; at = end + 1) {
+      const std::string line = written.substr(at, end - at);
+      EXPECT_NE(line.find(",\"pid\":" + pid + "}"), std::string::npos) << name << ": " << line.substr(0, 200);
+      summaries += line.rfind("{\"kind\":\"leak-summary\"", 0) == 0;
+    }
+    EXPECT_EQ(summaries, 1u) << name << ":\n" << written.substr(0, 2000);
+  }
+  ::rmdir(directory);
+  EXPECT_EQ(files, 5u);
+  EXPECT_EQ(reporting, 4u);
 }
 
 // C23's free_sized and free_aligned_sized: the size must be the one the block was requested with

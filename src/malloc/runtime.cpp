@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -82,13 +83,54 @@ std::size_t number(const char* name, std::size_t fallback) noexcept {
   return *end == '\0' ? static_cast<std::size_t>(parsed) : fallback;
 }
 
+// MEMKIT_REPORT_FILE as given. "%p" in it stands for the process's id (valgrind's --log-file
+// convention), so that each process of a command, forked children too, writes a file of its own;
+// "%%" for a '%'.
+char report_path_pattern[4096];
+bool report_path_per_process = false;
+
+// The report file's name for this process: the pattern with its %p expanded. False when it does
+// not fit `out`.
+bool report_path(char (&out)[4096]) noexcept {
+  std::size_t n = 0;
+  for (const char* c = report_path_pattern; *c != '\0'; ++c) {
+    char digits[24];
+    const char* piece = c;
+    std::size_t length = 1;
+    if (c[0] == '%' && c[1] == 'p') {
+      length = static_cast<std::size_t>(std::snprintf(digits, sizeof digits, "%llu",
+                                                      static_cast<unsigned long long>(os::process_id())));
+      piece = digits;
+      ++c;
+    } else if (c[0] == '%' && c[1] == '%') {
+      ++c;
+    }
+    if (n + length >= sizeof out) return false;
+    std::memcpy(out + n, piece, length);
+    n += length;
+  }
+  out[n] = '\0';
+  return true;
+}
+
+int open_report_file() noexcept {
+  char path[4096];
+  if (!report_path(path)) return -1;
+  auto fd = os::open_for_append(path, os::high_descriptors);
+  return fd ? fd.value() : -1;
+}
+
 // Where reports go. Many programs close stderr before they exit (GNU tools do, in an atexit
 // handler), which would silence the exit-time reports; so they go to a private, close-on-exec copy
 // of stderr taken now, or to MEMKIT_REPORT_FILE (appended to) when that is set. Neither open nor
 // duplicating allocates.
 int open_report_destination() noexcept {
-  if (const char* path = variable("MEMKIT_REPORT_FILE"); path != nullptr && *path != '\0') {
-    if (auto fd = os::open_for_append(path, os::high_descriptors)) return fd.value();
+  if (const char* path = variable("MEMKIT_REPORT_FILE");
+      path != nullptr && *path != '\0' && std::strlen(path) < sizeof report_path_pattern) {
+    std::strcpy(report_path_pattern, path);
+    report_path_per_process = std::strstr(path, "%p") != nullptr;
+    if (const int fd = open_report_file(); fd >= 0) return fd;
+    report_path_per_process = false;
   }
   if (auto fd = os::duplicate_error_stream(os::high_descriptors)) return fd.value();
   if (auto fd = os::duplicate_error_stream(3)) return fd.value();
@@ -153,7 +195,16 @@ void configure_from_environment() noexcept {
 // unlocked state even when other threads were inside malloc at that moment.
 void before_fork() noexcept { general_allocator::global().prepare_fork(); }
 void after_fork_in_parent() noexcept { general_allocator::global().after_fork_parent(); }
-void after_fork_in_child() noexcept { general_allocator::global().after_fork_child(); }
+void after_fork_in_child() noexcept {
+  general_allocator::global().after_fork_child();
+  // A report file per process: the child's own, under the number the parent's had (which the
+  // allocator's options hold too). Where it cannot be opened, the child goes on with the parent's.
+  if (report_path_per_process) {
+    if (const int fd = open_report_file(); fd >= 0 && !os::move_descriptor(fd, chosen.report_fd)) {
+      os::close_descriptor(fd);
+    }
+  }
+}
 
 // How many error reports were left out as repeats (report.hpp). Out of line: the writer's buffer
 // must not sit in report_at_exit's frame, which the leak scan reads as a root (stale words of the

@@ -120,7 +120,14 @@ result<std::size_t> read_file(const char* path, char* buffer, std::size_t capaci
 // Closes a descriptor opened by this layer.
 void close_descriptor(int fd) noexcept;
 
+// Makes descriptor `to` refer to what `from` refers to (close-on-exec), then closes `from`: a file
+// swapped in under a number others already hold.
+status move_descriptor(int from, int to) noexcept;
+
 // ---- environment --------------------------------------------------------------------------------
+
+// The calling process's id.
+std::uint64_t process_id() noexcept;
 
 // True when the process runs with privileges its user does not have (setuid or setgid: the
 // kernel's AT_SECURE on Linux, issetugid elsewhere). Such a process must not let the user choose

@@ -620,6 +620,16 @@ void close_descriptor(int fd) noexcept {
   if (fd > STDERR_FILENO) (void)::close(fd);
 }
 
+status move_descriptor(int from, int to) noexcept {
+  if (from == to) return {};
+  if (::dup2(from, to) < 0) return status::failure(errno);
+  (void)::fcntl(to, F_SETFD, FD_CLOEXEC);
+  (void)::close(from);
+  return {};
+}
+
+std::uint64_t process_id() noexcept { return static_cast<std::uint64_t>(::getpid()); }
+
 bool process_is_privileged() noexcept {
 #if defined(__linux__)
   return ::getauxval(AT_SECURE) != 0;

@@ -541,6 +541,15 @@ void close_descriptor(int fd) noexcept {
   if (fd > error_stream) (void)::_close(fd);
 }
 
+status move_descriptor(int from, int to) noexcept {
+  if (from == to) return {};
+  if (::_dup2(from, to) != 0) return status::failure(errno);
+  (void)::_close(from);
+  return {};
+}
+
+std::uint64_t process_id() noexcept { return ::GetCurrentProcessId(); }
+
 // Windows has no setuid: a process's environment is its own user's.
 bool process_is_privileged() noexcept { return false; }
 
