@@ -344,6 +344,19 @@ TEST(malloc_preload_debug, leaks_are_reported_at_exit_unless_silenced) {
   EXPECT_FALSE(contains(silenced.output, "1234")) << silenced.output;
 }
 
+// A JIT keeps pointers as operands of the instructions it writes, at any byte offset (the Java VM's
+// inline caches: javac's compiled call sites hold 32-byte blocks that way): in writable and
+// executable memory those count as pointers. In data, an unaligned address is no pointer, as
+// memcheck and LeakSanitizer read it.
+TEST(malloc_preload_debug, pointers_in_a_jits_code_keep_their_blocks) {
+  const outcome code = misuse_with("jit-code", {"MEMKIT_DEBUG=1"});
+  EXPECT_EQ(code.exit_code, 0) << code.output;
+  EXPECT_FALSE(contains(code.output, "lost")) << code.output;
+  const outcome data = misuse_with("jit-data", {"MEMKIT_DEBUG=1"});
+  EXPECT_EQ(data.exit_code, 0) << data.output;
+  EXPECT_TRUE(contains(data.output, "2 blocks, 8642 bytes, definitely lost")) << data.output;
+}
+
 // The exit-time report while another thread is blocked in the kernel, each case as valgrind's
 // memcheck classifies it. The report stops the other threads (ptrace, as LeakSanitizer does), so it
 // sees each one's stack from its stack pointer up, and its registers.

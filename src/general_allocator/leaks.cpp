@@ -306,8 +306,9 @@ class leak_scanner {
     return true;
   }
   void scan_root(const unsigned char* begin, const unsigned char* end) noexcept;
+  void scan_in_range(std::uintptr_t first, std::uintptr_t end) noexcept;  // scan()'s filter
   template <class Candidate>
-  void scan_words(std::uintptr_t begin, std::uintptr_t end, Candidate candidate) noexcept;
+  void scan_words(std::uintptr_t first, std::uintptr_t end, Candidate candidate) noexcept;
   void drain() noexcept;
   void scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexcept;
   void scan_root_range(std::uintptr_t begin, std::uintptr_t end) noexcept;
@@ -465,6 +466,10 @@ class leak_scanner {
   // place, which costs less than half what the copy does (python3's 153 MiB of its own arenas:
   // 24-27 ms of scan alone, 56-64 with one more thread running, which makes the scan copy).
   bool single_threaded_ = false;
+  // Set while a root mapping that is writable and executable is read: a JIT's code (the Java VM's
+  // code cache), which holds pointers as instructions' 64-bit operands at any byte offset, so
+  // scan_root() reads a word at every byte of it, not only at word boundaries.
+  bool in_code_ = false;
   // The mark a block gets when it is scanned: reachable in phase 1, indirectly lost in phase 2.
   std::uint8_t new_mark_ = reachable;
   // Phase 2: the mark of the clique's leader. A leader's reached bit stays clear: its own clique's
@@ -862,10 +867,14 @@ void leak_scanner::visit_slow(std::uintptr_t v) noexcept {
 
 void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) noexcept {
   scanned_bytes_ += static_cast<std::size_t>(end - begin);
+  scan_in_range(detail::align_up(reinterpret_cast<std::uintptr_t>(begin), sizeof(void*)),
+                reinterpret_cast<std::uintptr_t>(end));
+}
+
+void leak_scanner::scan_in_range(std::uintptr_t first, std::uintptr_t end) noexcept {
   const std::uintptr_t lo = lo_;
   const std::uintptr_t span = hi_ - lo_;
-  scan_words(reinterpret_cast<std::uintptr_t>(begin), reinterpret_cast<std::uintptr_t>(end),
-             [lo, span](std::uintptr_t w) -> unsigned { return w - lo < span ? 1 : 0; });
+  scan_words(first, end, [lo, span](std::uintptr_t w) -> unsigned { return w - lo < span ? 1 : 0; });
 }
 
 // The program's own memory outside the allocator (its mappings and stacks) holds other heaps: a
@@ -876,21 +885,25 @@ void leak_scanner::scan(const unsigned char* begin, const unsigned char* end) no
 // times as fast). Blocks keep the plain range test, which costs less where few words are in range
 // (heaps of numbers: 9-12% more with the chunk's byte).
 void leak_scanner::scan_root(const unsigned char* begin, const unsigned char* end) noexcept {
-  if (in_chunk_ == nullptr) {
-    scan(begin, end);
-    return;
-  }
   scanned_bytes_ += static_cast<std::size_t>(end - begin);
-  scan_words(reinterpret_cast<std::uintptr_t>(begin), reinterpret_cast<std::uintptr_t>(end),
-             [this](std::uintptr_t w) -> unsigned { return in_chunk_[chunk_index(w)]; });
+  const std::uintptr_t first = detail::align_up(reinterpret_cast<std::uintptr_t>(begin), sizeof(void*));
+  const auto last = reinterpret_cast<std::uintptr_t>(end);
+  for (std::size_t offset = 0; offset < (in_code_ ? sizeof(void*) : 1); ++offset) {
+    if (in_chunk_ == nullptr) {
+      scan_in_range(first + offset, last);
+    } else {
+      scan_words(first + offset, last, [this](std::uintptr_t w) -> unsigned { return in_chunk_[chunk_index(w)]; });
+    }
+  }
 }
 
-// Hands the words of [begin, end) that `candidate` accepts (not 0) to visit(), up to visit_batch at
-// a time. Four words per branch: in most memory few words are addresses of blocks, and the filter
-// then runs at the speed memory is read.
+// Hands the words from `first` (a word's address, or any byte's in a JIT's code) up to `end` that
+// `candidate` accepts (not 0) to visit(), up to visit_batch at a time. Four words per branch: in
+// most memory few words are addresses of blocks, and the filter then runs at the speed memory is
+// read.
 template <class Candidate>
-void leak_scanner::scan_words(std::uintptr_t begin, std::uintptr_t end, Candidate candidate) noexcept {
-  std::uintptr_t a = detail::align_up(begin, sizeof(void*));
+void leak_scanner::scan_words(std::uintptr_t first, std::uintptr_t end, Candidate candidate) noexcept {
+  std::uintptr_t a = first;
   constexpr std::size_t group = 4 * sizeof(void*);
   std::uintptr_t candidates[visit_batch];
   std::size_t n = 0;
@@ -1330,7 +1343,9 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
         const bool after_guard = r.begin == self->guard_end_;
         self->guard_end_ = r.readable ? 0 : r.end;
         if (!r.readable || !r.writable || !r.is_private || r.end - r.begin > largest_root_mapping) return true;
+        self->in_code_ = r.executable;
         self->scan_touched(self->live_part_of(r, after_guard), r.end);
+        self->in_code_ = false;
         return true;
       },
       this);

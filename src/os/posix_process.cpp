@@ -121,6 +121,7 @@ status for_each_region(region_visitor visit, void* context) noexcept {
     if (eol - p >= 4) {
       r.readable = p[0] == 'r';
       r.writable = p[1] == 'w';
+      r.executable = p[2] == 'x';
       r.is_private = p[3] == 'p';
     }
     // The name: after the fifth field (perms, offset, dev, inode), past the padding.

@@ -18,6 +18,9 @@ struct region {
   std::uintptr_t end;
   bool readable;
   bool writable;
+  // Executable: with `writable`, a JIT's code (the Java VM's code cache), whose pointers are
+  // instructions' operands at any byte offset.
+  bool executable;
   // Private to this process (anonymous memory, a stack, the copy-on-write data of a loaded
   // object), as opposed to shared with other processes or backed by a file another can truncate.
   bool is_private;

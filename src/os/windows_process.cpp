@@ -18,6 +18,10 @@ bool readable_protection(DWORD protect) noexcept {
                      PAGE_EXECUTE_WRITECOPY)) != 0;
 }
 
+bool executable_protection(DWORD protect) noexcept {
+  return (protect & (PAGE_EXECUTE | PAGE_EXECUTE_READ | PAGE_EXECUTE_READWRITE | PAGE_EXECUTE_WRITECOPY)) != 0;
+}
+
 bool writable_protection(DWORD protect) noexcept {
   return (protect & (PAGE_READWRITE | PAGE_WRITECOPY | PAGE_EXECUTE_READWRITE | PAGE_EXECUTE_WRITECOPY)) != 0;
 }
@@ -47,7 +51,7 @@ status for_each_region(region_visitor visit, void* context) noexcept {
     if (end <= at) break;
     if (m.State == MEM_COMMIT) {
       const bool writable = writable_protection(m.Protect);
-      region r{begin, end, readable_protection(m.Protect), writable,
+      region r{begin, end, readable_protection(m.Protect), writable, executable_protection(m.Protect),
                m.Type == MEM_PRIVATE || (m.Type == MEM_IMAGE && writable), ""};
       if (!visit(r, context)) break;
     }

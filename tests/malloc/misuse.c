@@ -329,6 +329,25 @@ int main(int argc, char** argv) {
     slot = NULL; /* the only pointer to the block is gone: lost */
     return 0;
   }
+  /* The only pointers to two blocks are 64-bit operands of instructions (movabs $block, %rax) at
+     unaligned offsets, as a JIT keeps them in its code: "jit-code" in a writable and executable
+     mapping (a code cache: the blocks are in use), "jit-data" in one that is only writable (data
+     whose unaligned bytes look like an address: the blocks are lost). */
+  if (strcmp(what, "jit-code") == 0 || strcmp(what, "jit-data") == 0) {
+    const int protection = PROT_READ | PROT_WRITE | (strcmp(what, "jit-code") == 0 ? PROT_EXEC : 0);
+    unsigned char* code = mmap(NULL, 4096, protection, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (code == MAP_FAILED) return 77;
+    for (int i = 0; i < 2; ++i) {
+      void* block = launder(malloc(4321));
+      unsigned char* at = code + 1 + 11 * i; /* offsets 1 and 12 */
+      at[0] = 0x48;
+      at[1] = 0xb8;
+      memcpy(at + 2, &block, sizeof block);
+      at[10] = 0xc3; /* ret */
+    }
+    slot = NULL;
+    return 0;
+  }
   /* The exit-time leak report while another thread is blocked in the kernel. */
   if (strcmp(what, "thread-lost-block") == 0) {
     (void)start_worker(lose_then_block, NULL);
