@@ -94,6 +94,16 @@ TEST(malloc_preload, a_library_opened_with_deepbind_uses_the_drop_in) {
   EXPECT_EQ(without.exit_code, 0) << without.output;  // the program itself is sound
 }
 
+// A library unloaded before the leak report (ld unloads its LTO plugin before it exits): the
+// stacks taken while it was loaded still name its functions, not bare addresses.
+TEST(malloc_preload_debug, traces_name_the_functions_of_a_library_unloaded_since) {
+  const auto out = run({misuse, "closed-plugin", MEMKIT_MALLOC_PLUGIN}, {preload, "MEMKIT_DEBUG=1"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 22 bytes, definitely lost")) << out.output;
+  EXPECT_TRUE(contains(out.output, "plugin_copy_greeting")) << out.output;
+  EXPECT_TRUE(contains(out.output, "memkit_malloc_plugin.so+0x")) << out.output;
+}
+
 TEST(malloc_preload, short_lived_threads_leave_nothing_broken) {
   for (const char* debug : {"MEMKIT_DEBUG=0", "MEMKIT_DEBUG=1"}) {
     auto out = misuse_with("threads", {debug, "MEMKIT_LEAKS=0"});

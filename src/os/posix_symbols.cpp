@@ -23,10 +23,12 @@
 #include <elf.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <unistd.h>
 #include <unwind.h>
 
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -285,6 +287,93 @@ int find_loaded_object(dl_phdr_info* info, std::size_t, void* argument) {
   return 0;
 }
 
+// Objects dlclose() unloaded (the drop-in's dlclose records them, below): a trace taken while one
+// was loaded names its code, which no loaded object holds by the time a leak report prints it (ld
+// unloads its LTO plugin before it exits). Its file is still there for libdw, at the same bias.
+struct unloaded_object {
+  std::uintptr_t begin;  // its PT_LOAD segments' extent when it was loaded
+  std::uintptr_t end;
+  std::uintptr_t bias;
+  char path[PATH_MAX];
+};
+unloaded_object* unloaded = nullptr;  // mapped at the first unload
+std::atomic<std::size_t> unloaded_count{0};  // entries below it are complete (release)
+
+// The latest unloaded object whose extent holds `address` (a later load may have reused the range:
+// the loaded objects are asked first).
+bool find_unloaded_object(loaded_object& wanted) noexcept {
+  for (std::size_t i = unloaded_count.load(std::memory_order_acquire); i-- > 0;) {
+    const unloaded_object& u = unloaded[i];
+    if (wanted.address < u.begin || wanted.address >= u.end) continue;
+    wanted.bias = u.bias;
+    wanted.name = u.path;
+    wanted.found = true;
+    return true;
+  }
+  return false;
+}
+
+#if defined(MEMKIT_MALLOC_SHARED)
+constexpr std::size_t max_unloaded = 128;
+std::atomic<bool> unloaded_lock{false};  // for recorders
+
+// The object a dlclose(handle) may unload, read before it does: its extent, bias and path.
+bool describe_object(void* handle, unloaded_object& out) noexcept {
+  link_map* map = nullptr;
+  if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr || map->l_name == nullptr ||
+      map->l_name[0] == '\0' || std::strlen(map->l_name) >= sizeof out.path) {
+    return false;  // (the executable has no name)
+  }
+  out.begin = UINTPTR_MAX;
+  out.end = 0;
+  out.bias = map->l_addr;
+  std::strcpy(out.path, map->l_name);  // the loader's name, to find the object by
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* argument) {
+        auto* o = static_cast<unloaded_object*>(argument);
+        if (info->dlpi_addr != o->bias || info->dlpi_name == nullptr || std::strcmp(info->dlpi_name, o->path) != 0) {
+          return 0;
+        }
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_LOAD) continue;
+          o->begin = std::min<std::uintptr_t>(o->begin, info->dlpi_addr + segment.p_vaddr);
+          o->end = std::max<std::uintptr_t>(o->end, info->dlpi_addr + segment.p_vaddr + segment.p_memsz);
+        }
+        return 1;
+      },
+      &out);
+  // The file by its absolute path: one opened by a relative path may be read at report time from
+  // another working directory.
+  char absolute[PATH_MAX];
+  if (out.begin >= out.end || ::realpath(out.path, absolute) == nullptr || std::strlen(absolute) >= sizeof out.path) {
+    return false;
+  }
+  std::strcpy(out.path, absolute);
+  return true;
+}
+
+// After dlclose: records the object when it is gone (not when another handle keeps it loaded),
+// once per path and bias.
+void remember_if_unloaded(const unloaded_object& closed) noexcept {
+  loaded_object still{closed.begin};
+  ::dl_iterate_phdr(&find_loaded_object, &still);
+  if (still.found && still.bias == closed.bias) return;
+  while (unloaded_lock.exchange(true, std::memory_order_acquire)) os::yield_thread();
+  if (unloaded == nullptr) unloaded = map_array<unloaded_object>(max_unloaded);
+  const std::size_t n = unloaded_count.load(std::memory_order_relaxed);
+  bool known = false;
+  for (std::size_t i = 0; i < n && !known; ++i) {
+    known = unloaded[i].bias == closed.bias && std::strcmp(unloaded[i].path, closed.path) == 0;
+  }
+  if (unloaded != nullptr && !known && n < max_unloaded) {
+    unloaded[n] = closed;
+    unloaded_count.store(n + 1, std::memory_order_release);
+  }
+  unloaded_lock.store(false, std::memory_order_release);
+}
+#endif
+
 // The session's module for an object, reporting it on first use.
 module_entry* module_for(const loaded_object& object) noexcept {
   for (std::size_t i = 0; i < module_count; ++i) {
@@ -446,7 +535,7 @@ bool resolve_with_dladdr(std::uintptr_t a, resolved_frame& out, const string_kee
 bool resolve_with_libdw(std::uintptr_t a, resolved_frame& out) noexcept {
   loaded_object object{a - 1};
   ::dl_iterate_phdr(&find_loaded_object, &object);
-  if (!object.found) return false;
+  if (!object.found && !find_unloaded_object(object)) return false;
   module_entry* entry = module_for(object);
   out.object_offset = a - object.bias;
   if (entry == nullptr || entry->module == nullptr) return resolve_with_dladdr(a, out, keeper);
@@ -510,7 +599,12 @@ bool resolve_with_debug_info(std::uintptr_t address, resolved_frame& out, const 
 }
 
 bool resolve_exported(std::uintptr_t address, resolved_frame& out, const string_keeper* keep) noexcept {
-  return resolve_with_dladdr(address, out, keep);
+  if (resolve_with_dladdr(address, out, keep)) return true;
+  loaded_object object{address - 1};
+  if (!find_unloaded_object(object)) return false;
+  out.object = keep != nullptr ? keep->keep(object.name) : object.name;
+  out.object_offset = address - object.bias;
+  return true;
 }
 
 const void* default_definition(const char* name, const char** object) noexcept {
@@ -540,6 +634,24 @@ void write_all(int fd, const char* text, std::size_t length) noexcept {
 }
 
 }  // namespace memkit::os::symbols
+
+// ---- the drop-in's dlclose ---------------------------------------------------------------------
+//
+// Records what the C library's dlclose unloads, so that the stack traces taken while it was loaded
+// still name its functions, files and lines (find_unloaded_object() above) instead of bare
+// addresses: ld unloads its LTO plugin before its leaks are reported.
+#if defined(MEMKIT_MALLOC_SHARED)
+extern "C" __attribute__((visibility("default"))) int dlclose(void* handle) noexcept {
+  using namespace memkit::os::symbols;
+  static const auto next = reinterpret_cast<int (*)(void*)>(::dlsym(RTLD_NEXT, "dlclose"));
+  if (next == nullptr) return -1;
+  unloaded_object closing;
+  const bool described = describe_object(handle, closing);
+  const int result = next(handle);
+  if (result == 0 && described) remember_if_unloaded(closing);
+  return result;
+}
+#endif
 
 // ---- the drop-in's dlopen ----------------------------------------------------------------------
 //
