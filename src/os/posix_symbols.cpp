@@ -28,8 +28,8 @@
 #include <unwind.h>
 
 #include <algorithm>
-#include <climits>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 
