@@ -471,4 +471,29 @@ TEST_F(dyn_array_test, reading_past_size_is_reported_by_asan) {
 }
 #endif
 
+// An element whose unary & is deleted: insertion at the end takes the new element's address with
+// std::addressof, as std::vector does.
+struct no_address {
+  std::string text;
+  explicit no_address(int i = 0) : text(std::to_string(i)) {}
+  void operator&() const = delete;
+};
+
+TEST(dyn_array, an_overloaded_address_of_operator_is_not_used) {
+  memkit::dyn_array<no_address> d(100);
+  auto at = d.emplace(d.end(), 3);
+  d.insert(d.end(), no_address(4));
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(at->text, "3");
+  EXPECT_EQ(d[1].text, "4");
+}
+
+TEST(dyn_array, deduction_from_iterators) {
+  const std::vector<long> source{1, 2, 3};
+  memkit::dyn_array d(100, source.begin(), source.end());
+  static_assert(std::is_same_v<decltype(d), memkit::dyn_array<long>>);
+  EXPECT_EQ(d.size(), 3u);
+  EXPECT_EQ(d.max_size(), 100u);
+}
+
 }  // namespace

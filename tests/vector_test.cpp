@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <forward_list>
+#include <iterator>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -867,6 +870,161 @@ TEST(vector_surface, layout_is_three_words_and_inline_storage_follows) {
   EXPECT_TRUE(s.is_inline());
   EXPECT_EQ(static_cast<const void*>(s.data()),
             static_cast<const void*>(reinterpret_cast<const char*>(&s) + 3 * sizeof(void*)));
+}
+
+// ---- element types std::vector accepts ------------------------------------------------------------
+
+// An element with a const member: copy-constructible, not assignable. std::vector's constructors
+// only construct, so they take it; so must memkit's.
+struct record {
+  const int id;
+  std::string name;
+};
+
+template <class Container>
+void constructors_only_construct() {
+  const std::vector<record> source{{1, "a"}, {2, "b"}, {3, "c"}};
+  Container from_list{{1, "a"}, {2, "b"}, {3, "c"}};
+  Container from_range(source.begin(), source.end());
+  Container copies(5, record{7, "x"});
+  Container copy(from_list);
+  ASSERT_EQ(from_list.size(), 3u);
+  EXPECT_EQ(from_list[2].id, 3);
+  EXPECT_EQ(from_range[1].name, "b");
+  EXPECT_EQ(copies.size(), 5u);
+  EXPECT_EQ(copies[4].id, 7);
+  EXPECT_EQ(copy[0].name, "a");
+  from_list.push_back(record{4, "d"});
+  EXPECT_EQ(from_list.back().id, 4);
+}
+
+TEST(vector_elements, constructors_need_no_assignment) {
+  constructors_only_construct<memkit::vector<record>>();
+  constructors_only_construct<memkit::small_vector<record, 2>>();
+  constructors_only_construct<memkit::small_vector<record, 8>>();
+  memkit::vector<std::pair<const std::string, int>> map_like{{"one", 1}, {"two", 2}};
+  auto copied = map_like;
+  EXPECT_EQ(copied[1].first, "two");
+}
+
+// A constructor from input iterators that throws part-way leaves nothing behind: no element
+// alive, no block held (std::istream_iterator-like input, one pass, growing as it goes).
+TEST(vector_elements, a_throwing_input_iterator_constructor_leaks_nothing) {
+  using T = counted<true, 0>;
+  std::vector<int> values(40);
+  std::iota(values.begin(), values.end(), 0);
+  std::stringstream text;
+  for (int v : values) text << v << ' ';
+  for (long n = 1; n < 45; ++n) {
+    counters::reset();
+    test_allocator a;
+    std::stringstream in(text.str());
+    auto first = std::istream_iterator<int>(in), last = std::istream_iterator<int>();
+    struct as_counted {
+      std::istream_iterator<int> it;
+      using iterator_category = std::input_iterator_tag;
+      using value_type = T;
+      using difference_type = std::ptrdiff_t;
+      T operator*() const { return T(*it); }
+      as_counted& operator++() {
+        ++it;
+        return *this;
+      }
+      void operator++(int) { ++it; }
+      bool operator==(const as_counted& other) const { return it == other.it; }
+    };
+    counters::throw_on(n);
+    try {
+      memkit::vector<T> v(as_counted{first}, as_counted{last}, a);
+      memkit::small_vector<T, 4> s(as_counted{first}, as_counted{last}, a);
+    } catch (const injected_exception&) {
+    }
+    counters::throw_on(0);
+    EXPECT_EQ(counters::live(), 0) << "n=" << n;
+    EXPECT_EQ(a.live_blocks(), 0u) << "n=" << n;
+  }
+}
+
+// A move-only element that is trivially copyable as far as the language goes (its copy is
+// deleted, its move is the default): appended by moving, as std::vector does.
+struct token {
+  int id;
+  explicit token(int i) : id(i) {}
+  token(token&&) = default;
+  token& operator=(token&&) = default;
+  token(const token&) = delete;
+  token& operator=(const token&) = delete;
+};
+
+TEST(vector_elements, move_only_trivially_copyable_elements_are_appended_by_moving) {
+  memkit::vector<token> v;
+  memkit::small_vector<token, 2> s;
+  for (int i = 0; i < 100; ++i) {
+    v.push_back(token(i));
+    s.emplace_back(i);
+  }
+  v.insert(v.begin(), token(-1));
+  EXPECT_EQ(v.front().id, -1);
+  EXPECT_EQ(v.back().id, 99);
+  EXPECT_EQ(s[50].id, 50);
+  EXPECT_TRUE(v.try_emplace_back(100));
+}
+
+// An element whose unary & is deleted: containers take addresses with std::addressof.
+struct no_address {
+  std::string text;
+  explicit no_address(int i = 0) : text(std::to_string(i)) {}
+  void operator&() const = delete;
+};
+
+TEST(vector_elements, an_overloaded_address_of_operator_is_not_used) {
+  memkit::vector<no_address> v(3);
+  v.resize(10, no_address(1));
+  EXPECT_TRUE(v.try_resize(12, no_address(2)));
+  EXPECT_EQ(v[9].text, "1");
+  EXPECT_EQ(v[11].text, "2");
+  memkit::small_vector<no_address, 2> s;
+  s.resize(5, no_address(3));
+  EXPECT_EQ(s[4].text, "3");
+}
+
+// Types whose moves are deleted cannot be moved with memcpy either: GCC and Clang call them
+// trivially copyable, and growth relied on that.
+TEST(vector_elements, types_that_cannot_move_are_not_relocatable) {
+  struct pinned {
+    pinned* self = this;
+    pinned() = default;
+    pinned(const pinned&) = delete;
+    pinned& operator=(const pinned&) = delete;
+  };
+  static_assert(!memkit::is_trivially_relocatable_v<pinned>);
+  static_assert(!memkit::is_trivially_relocatable_v<std::atomic<int>>);
+  static_assert(!memkit::is_trivially_relocatable_v<std::mutex>);
+  static_assert(memkit::is_trivially_relocatable_v<int>);
+  static_assert(memkit::is_trivially_relocatable_v<std::pair<int, double>>);
+  static_assert(memkit::is_trivially_relocatable_v<std::unique_ptr<int>>);
+  memkit::vector<pinned> v(4);  // constructing in place is fine; growing would not compile
+  EXPECT_EQ(v[3].self, &v[3]);
+}
+
+TEST(vector_elements, deduction_from_iterators) {
+  const std::vector<double> source{1.5, 2.5};
+  memkit::vector v(source.begin(), source.end());
+  memkit::small_vector s(source.begin(), source.end());
+  static_assert(std::is_same_v<decltype(v), memkit::vector<double>>);
+  static_assert(std::is_same_v<decltype(s), memkit::small_vector<double>>);
+  EXPECT_EQ(s[1], 2.5);
+}
+
+// The default inline capacity fills a 64-byte object, whatever the element's size.
+TEST(vector_elements, the_default_small_vector_is_64_bytes) {
+  if constexpr (sizeof(void*) == 8) {
+    EXPECT_EQ(sizeof(memkit::small_vector<char>), 64u);
+    EXPECT_EQ(sizeof(memkit::small_vector<short>), 64u);
+    EXPECT_EQ(sizeof(memkit::small_vector<int>), 64u);
+    EXPECT_EQ(sizeof(memkit::small_vector<double>), 64u);
+  }
+  EXPECT_EQ(memkit::small_vector<char>().capacity(), sizeof(void*) == 8 ? 32u : 64u - sizeof(memkit::vector<char>));
 }
 
 }  // namespace

@@ -323,7 +323,7 @@ class dyn_array : public detail::contiguous_surface<dyn_array<T>, T> {
   iterator emplace(const_iterator pos, Args&&... args) {
     check_position(pos);
     const auto index = static_cast<size_type>(pos - data_);
-    if (pos == end_) return &emplace_back(std::forward<Args>(args)...);
+    if (pos == end_) return std::addressof(emplace_back(std::forward<Args>(args)...));
     // Build the value first: args may refer to elements that the shift below moves.
     T value(std::forward<Args>(args)...);
     emplace_back(std::move(end_[-1]));
@@ -505,5 +505,11 @@ class dyn_array : public detail::contiguous_surface<dyn_array<T>, T> {
   size_type max_size_ = 0;
   dyn_array_options options_{};
 };
+
+// dyn_array d(max_size, first, last) holds the iterators' value type.
+template <std::input_iterator InputIterator>
+dyn_array(std::size_t, InputIterator, InputIterator) -> dyn_array<std::iter_value_t<InputIterator>>;
+template <std::input_iterator InputIterator>
+dyn_array(std::size_t, InputIterator, InputIterator, dyn_array_options) -> dyn_array<std::iter_value_t<InputIterator>>;
 
 }  // namespace memkit

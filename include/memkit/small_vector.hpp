@@ -43,10 +43,13 @@
 namespace memkit {
 
 namespace detail {
-// The inline capacity when none is given: what fits in a 64-byte object, at least 1.
+// The inline capacity when none is given: what fits in a 64-byte object after vector_base's
+// fields (24 bytes, or 32 for elements under 4 bytes, whose counts are 64-bit), at least 1.
 template <class T>
 constexpr std::size_t default_small_vector_capacity() noexcept {
-  constexpr std::size_t room = 64 - 3 * sizeof(void*);
+  constexpr std::size_t alignment = alignof(T) > alignof(vector_stored_size<T>) ? alignof(T) : alignof(vector_stored_size<T>);
+  constexpr std::size_t header = align_up(sizeof(vector_base<T>), alignment);
+  constexpr std::size_t room = header < 64 ? 64 - header : 0;
   return sizeof(T) >= room ? 1 : room / sizeof(T);
 }
 }  // namespace detail
@@ -80,43 +83,43 @@ class small_vector : public vector_base<T> {
   // `count` value-initialized elements.
   explicit small_vector(size_type count, allocator& a = default_allocator()) : base(a, N) {
     check_layout();
-    this->resize(count);
+    this->construct_values(count);
   }
   // `count` copies of `value`.
   small_vector(size_type count, const T& value, allocator& a = default_allocator()) : base(a, N) {
     check_layout();
-    this->assign(count, value);
+    this->construct_copies(count, value);
   }
   // The elements of [first, last).
   template <std::input_iterator InputIt>
   small_vector(InputIt first, InputIt last, allocator& a = default_allocator()) : base(a, N) {
     check_layout();
-    this->assign(first, last);
+    this->construct_copies(first, last);
   }
   // The list's elements.
   small_vector(std::initializer_list<T> list, allocator& a = default_allocator()) : base(a, N) {
     check_layout();
-    this->assign(list.begin(), list.end());
+    this->construct_copies(list.begin(), list.end());
   }
   // A copy on other's allocator.
   small_vector(const small_vector& other) : base(other.get_allocator(), N) {
     check_layout();
-    this->assign(other.begin(), other.end());
+    this->construct_copies(other.begin(), other.end());
   }
   // A copy on `a`.
   small_vector(const small_vector& other, allocator& a) : base(a, N) {
     check_layout();
-    this->assign(other.begin(), other.end());
+    this->construct_copies(other.begin(), other.end());
   }
   // A copy of any memkit vector on its allocator.
   explicit small_vector(const vector_base<T>& other) : base(other.get_allocator(), N) {
     check_layout();
-    this->assign(other.begin(), other.end());
+    this->construct_copies(other.begin(), other.end());
   }
   // A copy of any memkit vector on `a`.
   small_vector(const vector_base<T>& other, allocator& a) : base(a, N) {
     check_layout();
-    this->assign(other.begin(), other.end());
+    this->construct_copies(other.begin(), other.end());
   }
   // Takes other's heap buffer, or moves its inline elements into this one's inline storage; takes
   // its allocator. other is left empty. Never allocates.
@@ -181,5 +184,11 @@ class small_vector : public vector_base<T> {
   // bytes remember N for code that only sees vector_base<T>.
   alignas(base::inline_alignment()) std::byte storage_[base::inline_bytes(N)];
 };
+
+// small_vector v(first, last) holds the iterators' value type, with the default inline capacity.
+template <std::input_iterator InputIt>
+small_vector(InputIt, InputIt) -> small_vector<std::iter_value_t<InputIt>>;
+template <std::input_iterator InputIt>
+small_vector(InputIt, InputIt, allocator&) -> small_vector<std::iter_value_t<InputIt>>;
 
 }  // namespace memkit

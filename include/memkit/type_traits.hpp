@@ -6,7 +6,8 @@
 // instead of moving element by element: that is what lets a vector of unique_ptr grow in place or
 // through mremap.
 //
-// The trait is true for trivially copyable types, std::unique_ptr (with a relocatable deleter),
+// The trait is true for trivially copyable types that can be moved (not std::mutex or
+// std::atomic, whose moves are deleted), std::unique_ptr (with a relocatable deleter),
 // std::array and std::pair of relocatable types, and memkit::vector (specialized in vector.hpp).
 // It is false for memkit::small_vector, whose data pointer can point into the object itself.
 // (memkit::dyn_array only holds its reservation's address and could be marked true by its owner
@@ -28,8 +29,13 @@
 namespace memkit {
 
 // True when objects of T may be relocated with memcpy (see the header comment).
+// The default: trivially copyable types that can also be moved trivially. (GCC and Clang call a
+// type whose copy and move are deleted, like std::mutex or std::atomic<int>, trivially copyable;
+// such a type forbids moving, so it is not relocatable.)
 template <class T>
-struct is_trivially_relocatable : std::bool_constant<std::is_trivially_copyable_v<T>> {};
+struct is_trivially_relocatable
+    : std::bool_constant<std::is_trivially_copyable_v<T> && std::is_trivially_move_constructible_v<T> &&
+                         std::is_trivially_destructible_v<T>> {};
 
 // const and volatile do not change how an object's bytes may be moved.
 template <class T>

@@ -70,30 +70,30 @@ class vector : public vector_base<T> {
   // An empty vector on `a`, which must outlive it.
   explicit vector(allocator& a) noexcept : base(a) {}
   // `count` value-initialized elements.
-  explicit vector(size_type count, allocator& a = default_allocator()) : base(a) { this->resize(count); }
+  explicit vector(size_type count, allocator& a = default_allocator()) : base(a) { this->construct_values(count); }
   // `count` copies of `value`.
   vector(size_type count, const T& value, allocator& a = default_allocator()) : base(a) {
-    this->assign(count, value);
+    this->construct_copies(count, value);
   }
   // The elements of [first, last).
   template <std::input_iterator InputIt>
   vector(InputIt first, InputIt last, allocator& a = default_allocator()) : base(a) {
-    this->assign(first, last);
+    this->construct_copies(first, last);
   }
   // The list's elements.
   vector(std::initializer_list<T> list, allocator& a = default_allocator()) : base(a) {
-    this->assign(list.begin(), list.end());
+    this->construct_copies(list.begin(), list.end());
   }
   // A copy on other's allocator.
-  vector(const vector& other) : base(other.get_allocator()) { this->assign(other.begin(), other.end()); }
+  vector(const vector& other) : base(other.get_allocator()) { this->construct_copies(other.begin(), other.end()); }
   // A copy on `a`.
-  vector(const vector& other, allocator& a) : base(a) { this->assign(other.begin(), other.end()); }
+  vector(const vector& other, allocator& a) : base(a) { this->construct_copies(other.begin(), other.end()); }
   // A copy of any memkit vector (a small_vector, say) on its allocator.
   explicit vector(const vector_base<T>& other) : base(other.get_allocator()) {
-    this->assign(other.begin(), other.end());
+    this->construct_copies(other.begin(), other.end());
   }
   // A copy of any memkit vector on `a`.
-  vector(const vector_base<T>& other, allocator& a) : base(a) { this->assign(other.begin(), other.end()); }
+  vector(const vector_base<T>& other, allocator& a) : base(a) { this->construct_copies(other.begin(), other.end()); }
   // Takes other's buffer and allocator; other is left empty. Never allocates.
   vector(vector&& other) noexcept : base(other.get_allocator()) { this->take_contents_of(other); }
   // On `a`: takes other's buffer when the allocators are equal, else moves the elements one by one

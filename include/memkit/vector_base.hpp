@@ -434,7 +434,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
       truncate(count);
       return true;
     }
-    const T* source = &value;
+    const T* source = std::addressof(value);
     const size_type alias = detail::points_into(source, data_, data_ + counts_.size()) ? static_cast<size_type>(source - data_) : npos;
     return append_with(count - size(), [&](T* destination, size_type n) {
       // After a reallocate() an element passed by reference has moved with the buffer.
@@ -516,6 +516,50 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
 
   vector_base(const vector_base&) = delete;
   vector_base(vector_base&&) = delete;
+
+  // For constructors, on an empty container: `count` value-initialized elements, `count` copies
+  // of `value`, or the elements of [first, last), built in place. Unlike resize() and assign(),
+  // nothing is moved or assigned, so elements need only be constructible that way (const members,
+  // pair<const K, V>, types that cannot move), as for std::vector's constructors. On
+  // an exception nothing is left behind: the constructor that called them then has no storage to
+  // release.
+  void construct_values(size_type count) {
+    if (count > capacity()) {
+      assign_in_new_buffer(count, [&](T* fresh) { std::uninitialized_value_construct_n(fresh, count); });
+      return;
+    }
+    std::uninitialized_value_construct_n(data_, count);
+    counts_.set_size(static_cast<stored_size>(count));
+  }
+  void construct_copies(size_type count, const T& value) {
+    if (count > capacity()) {
+      assign_in_new_buffer(count, [&](T* fresh) { std::uninitialized_fill_n(fresh, count, value); });
+      return;
+    }
+    std::uninitialized_fill_n(data_, count, value);
+    counts_.set_size(static_cast<stored_size>(count));
+  }
+  template <std::input_iterator InputIt>
+  void construct_copies(InputIt first, InputIt last) {
+    if constexpr (std::forward_iterator<InputIt>) {
+      const auto count = static_cast<size_type>(std::distance(first, last));
+      if (count > capacity()) {
+        assign_in_new_buffer(count, [&](T* fresh) { std::uninitialized_copy(first, last, fresh); });
+        return;
+      }
+      std::uninitialized_copy(first, last, data_);
+      counts_.set_size(static_cast<stored_size>(count));
+    } else {
+      // One pass, growing as it goes: if an element throws, the elements built so far and the
+      // heap buffer holding them go with the exception.
+      detail::undo_unless_dismissed undo([&]() noexcept {
+        destroy_all();
+        if (data_ != nullptr && !is_inline()) deallocate_block(data_, counts_.capacity());
+      });
+      for (; first != last; ++first) emplace_back(*first);
+      undo.dismiss();
+    }
+  }
 
   // Where inline storage starts: right after these fields, aligned for T and for the remembered
   // inline capacity.
@@ -826,7 +870,10 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // arguments cannot be affected by the growth that follows.
   template <class... Args>
   static constexpr bool is_small_copy() noexcept {
-    if constexpr (std::is_trivially_copyable_v<T> && sizeof(T) <= 64) return std::is_constructible_v<T, Args...>;
+    // (The copy is what lets an argument that is an element survive growth: a type whose copy is
+    // deleted takes the general path, which moves.)
+    if constexpr (std::is_trivially_copyable_v<T> && std::is_trivially_copy_constructible_v<T> && sizeof(T) <= 64)
+      return std::is_constructible_v<T, Args...>;
     else return false;
   }
   // True when emplace_back(args...) is a push_back of one T, whose address can be checked
