@@ -48,39 +48,44 @@
 
 namespace memkit {
 
-#if defined(__cpp_lib_source_location)
-// Where an allocation was made: std::source_location.
-using source_location = std::source_location;
-#else
-// Where an allocation was made. The standard library lacks std::source_location here (Clang 14
-// with libstdc++), so this offers the same members from the compiler's builtins, which default
-// arguments evaluate at the call site just as std::source_location::current() does.
+// Where an allocation was made: std::source_location's members, from the compiler's builtins,
+// which default arguments evaluate at the call site just as std::source_location::current() does.
+// memkit's own type on every compiler and standard library (Clang 14 with libstdc++ has no
+// std::source_location), so a library built by one compiler links with programs built by another.
 struct source_location {
   // The location of the call that uses this as a default argument.
   static constexpr source_location current(const char* file = MEMKIT_CALLER_FILE(),
                                            const char* function = MEMKIT_CALLER_FUNCTION(),
-                                           std::uint_least32_t line = MEMKIT_CALLER_LINE()) noexcept {
+                                           std::uint_least32_t line = MEMKIT_CALLER_LINE(),
+                                           std::uint_least32_t column = MEMKIT_CALLER_COLUMN()) noexcept {
     source_location where;
     where.file_ = file;
     where.function_ = function;
     where.line_ = line;
+    where.column_ = column;
     return where;
   }
+  constexpr source_location() noexcept = default;
+#if defined(__cpp_lib_source_location)
+  // A std::source_location's file, function, line and column.
+  constexpr source_location(const std::source_location& where) noexcept  // NOLINT: implicit, like a copy
+      : file_(where.file_name()), function_(where.function_name()), line_(where.line()), column_(where.column()) {}
+#endif
   // The source file's name.
   constexpr const char* file_name() const noexcept { return file_; }
   // The enclosing function's name.
   constexpr const char* function_name() const noexcept { return function_; }
   // The line number.
   constexpr std::uint_least32_t line() const noexcept { return line_; }
-  // The column (not available from the builtins: 0).
-  constexpr std::uint_least32_t column() const noexcept { return 0; }
+  // The column number (0 when the compiler does not provide it).
+  constexpr std::uint_least32_t column() const noexcept { return column_; }
 
  private:
   const char* file_ = "";
   const char* function_ = "";
   std::uint_least32_t line_ = 0;
+  std::uint_least32_t column_ = 0;
 };
-#endif
 
 // When the region's memory is committed (see the header comment).
 enum class commit_policy : unsigned char {
@@ -210,7 +215,7 @@ class block_heap final : public allocator {
   int os_error() const noexcept { return os_error_; }
 
   // Returns `size` bytes aligned to `alignment`, or null (then last_failure() says why). With
-  // options.track_sites the caller's file, line and function are recorded (std::source_location).
+  // options.track_sites the caller's file, line and function are recorded (memkit::source_location).
   [[nodiscard]] void* allocate(std::size_t size, std::size_t alignment = default_alignment,
                                memkit::source_location where = memkit::source_location::current()) noexcept;
   // Gives back a block from this heap without its size; null is a no-op. A pointer the heap did

@@ -60,11 +60,19 @@
 #define MEMKIT_IN_REGISTER(x) static_cast<void>(0)
 #endif
 
-// The caller's file, function and line when used as default arguments, for standard libraries
-// without std::source_location (Clang 14 with libstdc++); see memkit::source_location.
+// The caller's file, function, line and column when used as default arguments; see
+// memkit::source_location.
 #define MEMKIT_CALLER_FILE() __builtin_FILE()
 #define MEMKIT_CALLER_FUNCTION() __builtin_FUNCTION()
 #define MEMKIT_CALLER_LINE() __builtin_LINE()
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_COLUMN)
+#define MEMKIT_CALLER_COLUMN() __builtin_COLUMN()
+#endif
+#endif
+#ifndef MEMKIT_CALLER_COLUMN
+#define MEMKIT_CALLER_COLUMN() 0
+#endif
 
 namespace memkit::detail {
 // Prints "memkit: contract violated: <message> (<condition>) at file:line" to stderr and aborts.
