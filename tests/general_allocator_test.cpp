@@ -1044,6 +1044,65 @@ TEST_F(general_allocator_test, statistics_count_live_peak_and_classes) {
   EXPECT_EQ(s.peak_live_bytes, peak);
 }
 
+TEST_F(general_allocator_test, statistics_count_frees_into_the_heaps_of_exited_threads) {
+  general_allocator a;
+  std::vector<void*> blocks;
+  std::thread([&] {
+    for (int i = 0; i < 1000; ++i) blocks.push_back(a.allocate(64));
+  }).join();
+  for (void* p : blocks) a.free(p);  // into the exited thread's heap, which has no owner now
+  auto s = a.statistics();
+  EXPECT_EQ(s.allocations, 1000u);
+  EXPECT_EQ(s.frees, 1000u);
+  EXPECT_EQ(s.live_bytes, 0u);
+  // Allocated by one thread, freed by another, both gone.
+  blocks.clear();
+  std::thread([&] {
+    for (int i = 0; i < 1000; ++i) blocks.push_back(a.allocate(64));
+  }).join();
+  std::thread([&] {
+    for (void* p : blocks) a.free(p);
+  }).join();
+  s = a.statistics();
+  EXPECT_EQ(s.frees, s.allocations);
+  EXPECT_EQ(s.live_bytes, 0u);
+}
+
+// statistics() is thread-safe: read while other threads allocate and free (ThreadSanitizer runs
+// this test), and exact once they are done.
+TEST_F(general_allocator_test, statistics_may_be_read_while_other_threads_allocate) {
+  general_allocator a;
+  std::atomic<int> running{2};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t) {
+    workers.emplace_back([&, t] {
+      std::vector<void*> kept;
+      for (int i = 0; i < 20000; ++i) {
+        void* p = a.allocate(16 + static_cast<std::size_t>((i * 7919 + t) % 60000));
+        if (i % 3 == 0) kept.push_back(p);
+        else a.free(p);
+        if (kept.size() > 200) {
+          for (void* k : kept) a.free(k);
+          kept.clear();
+        }
+      }
+      for (void* k : kept) a.free(k);
+      running.fetch_sub(1);
+    });
+  }
+  std::uint64_t reads = 0;
+  while (running.load() != 0) {
+    const auto s = a.statistics();
+    EXPECT_LE(s.frees, s.allocations);
+    ++reads;
+  }
+  for (auto& w : workers) w.join();
+  const auto s = a.statistics();
+  EXPECT_GT(reads, 0u);
+  EXPECT_EQ(s.frees, s.allocations);
+  EXPECT_EQ(s.live_bytes, 0u);
+}
+
 TEST_F(general_allocator_test, print_statistics_writes_text) {
   general_allocator a;
   void* p = a.allocate(100);

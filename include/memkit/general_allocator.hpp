@@ -299,7 +299,10 @@ class general_allocator final : public allocator {
 // A snapshot of a general_allocator's counters (general_allocator::statistics()). Allocations are
 // counted on the fast path; frees are derived (allocations minus the live blocks found in the
 // pages), so a block freed by another thread counts as freed once its owner collects it (at its
-// next page refill). The figures are exact when threads are quiet.
+// next page refill; statistics() and purge() collect for threads that have exited). When threads
+// are quiet the figures are exact, except that a block freed into the heap of a thread that is
+// still running counts as live until that thread collects it. statistics() may be called while
+// other threads allocate (it then reads a snapshot).
 struct general_allocator_statistics {
   std::size_t live_bytes = 0;        // bytes in blocks handed out and not freed (block sizes)
   std::size_t peak_live_bytes = 0;   // highest bytes in use, counted at page granularity (pages

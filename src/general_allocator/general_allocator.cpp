@@ -350,6 +350,7 @@ void general_allocator::purge() noexcept {
   for (heap* other = im->heaps.load(std::memory_order_acquire); other != nullptr; other = other->next_registered) {
     if (other != h) other->purge_requested.store(true, std::memory_order_relaxed);
   }
+  im->collect_abandoned(true);  // exited threads' heaps: their empty pages, remote frees included
   im->purge_caches(now, true);
 }
 

@@ -85,6 +85,29 @@ void general_allocator::impl::collect_heap(heap* h, bool everything) noexcept {
   }
 }
 
+void general_allocator::impl::collect_abandoned(bool everything) noexcept {
+  // Taken off the list for the walk, so that no starting thread adopts one meanwhile; the lock is
+  // not held during it (releasing a page can release its segment, which takes the lock). A thread
+  // that starts meanwhile gets a new heap.
+  heap* taken;
+  {
+    lock_guard guard(lock);
+    taken = abandoned;
+    abandoned = nullptr;
+    has_abandoned.store(false, std::memory_order_relaxed);
+  }
+  if (taken == nullptr) return;
+  heap* last = nullptr;
+  for (heap* h = taken; h != nullptr; h = h->next_abandoned) {
+    collect_heap(h, everything);
+    last = h;
+  }
+  lock_guard guard(lock);
+  last->next_abandoned = abandoned;
+  abandoned = taken;
+  has_abandoned.store(true, std::memory_order_relaxed);
+}
+
 void general_allocator::impl::forget_exited_thread(std::uintptr_t thread) noexcept {
   if constexpr (!os::has_thread_pointer) return;
   for (std::uintptr_t& t : exited_threads) {

@@ -215,6 +215,22 @@ class owned_count {
   std::atomic<std::uint32_t> value_{0};
 };
 
+// A field only the owning thread writes and statistics() reads from others: plain loads and
+// stores, but atomic, like owned_count.
+template <class T>
+class owner_written {
+ public:
+  constexpr owner_written() noexcept = default;
+  owner_written& operator=(T v) noexcept {
+    value_.store(v, std::memory_order_relaxed);
+    return *this;
+  }
+  operator T() const noexcept { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<T> value_{};
+};
+
 // The first cache line holds what the owner touches on every allocation and local free; the
 // second what other threads touch when they free into the page (thread_free, and `records` to
 // tell a debug page), so a remote free does not take the owner's hot line away from it.
@@ -224,8 +240,8 @@ struct alignas(64) page {
   std::uint32_t capacity = 0;       // blocks carved from the page so far
   std::uint32_t reserved = 0;       // blocks that fit in the page
   std::uint32_t block_size = 0;     // bytes per block
-  std::uint8_t size_class = 0;
-  bool in_use = false;              // holds blocks of a class (else free in its segment)
+  owner_written<std::uint8_t> size_class;
+  owner_written<bool> in_use;       // holds blocks of a class (else free in its segment)
   bool in_full = false;             // taken out of its queue because it had no free block
   bool debug = false;               // blocks carry debug records (right after in_full: see
                                     // local_free_is_plain)
@@ -456,6 +472,9 @@ struct general_allocator::impl {
   void abandon_heap(gpa::heap* h) noexcept;
   void forget_exited_thread(std::uintptr_t thread) noexcept;  // under the lock
   void collect_heap(gpa::heap* h, bool everything) noexcept;
+  // collect_heap() for the heaps of exited threads, which have no owner to collect the blocks
+  // other threads freed into them (statistics(), purge()).
+  void collect_abandoned(bool everything) noexcept;
   // page.cpp
   void* allocate_slow(gpa::heap* h, std::size_t cls, bool debug) noexcept;
   void free_local_slow(gpa::heap* h, gpa::page* pg) noexcept;

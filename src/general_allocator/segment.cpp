@@ -181,10 +181,13 @@ segment* general_allocator::impl::acquire_segment(heap* h, segment_kind kind) no
   }
   s->owner.store(h, std::memory_order_release);
   s->thread_id.store(h->thread_id.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  s->prev = nullptr;
-  s->next = h->segments;
-  if (h->segments != nullptr) h->segments->prev = s;
-  h->segments = s;
+  {
+    lock_guard guard(lock);  // statistics() walks every heap's list under the lock
+    s->prev = nullptr;
+    s->next = h->segments;
+    if (h->segments != nullptr) h->segments->prev = s;
+    h->segments = s;
+  }
   s->in_free_list = true;
   s->free_next = h->free_segments[k];
   if (s->free_next != nullptr) s->free_next->free_prev = s;
@@ -204,6 +207,7 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   }
   h->retained_bytes -= retained;  // still retained, by the cache now
   if (s->in_free_list) free_list_remove(h, s);
+  lock_guard guard(lock);  // statistics() walks every heap's list under the lock
   if (s->prev != nullptr) s->prev->next = s->next;
   else h->segments = s->next;
   if (s->next != nullptr) s->next->prev = s->prev;
@@ -216,7 +220,6 @@ void general_allocator::impl::release_segment(heap* h, segment* s) noexcept {
   // core, and a busy program takes the segment back soon.
   s->dirty_bytes = retained;
   s->cached_since_ms = now_ms();
-  lock_guard guard(lock);
   if (retained != 0) {
     empty_segments.dirty_count.fetch_add(1, std::memory_order_relaxed);
     s->prev = nullptr;

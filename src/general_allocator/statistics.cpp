@@ -15,15 +15,20 @@ general_allocator_statistics general_allocator::statistics() const noexcept {
   s.size_class_count = class_count;
   for (std::size_t c = 0; c < class_count; ++c) s.size_classes[c].block_size = class_block_size(c);
   if (im == nullptr) return s;
+  // Blocks freed into exited threads' heaps count as freed once collected; nobody else would.
+  im->collect_abandoned(false);
+  // Under the lock under which heaps link and unlink their segments: the walk sees whole lists,
+  // and no segment it reads leaves for the cache (or is unmapped) meanwhile. Page fields the
+  // owners change meanwhile are atomic.
+  lock_guard guard(im->lock);
   for (heap* h = im->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     ++s.heaps;
     for (std::size_t c = 0; c < class_count; ++c) {
       s.size_classes[c].allocations += h->counters[c].allocations.load(std::memory_order_relaxed);
       s.size_classes[c].pages += static_cast<std::size_t>(h->counters[c].pages.load(std::memory_order_relaxed));
     }
-    // Live blocks are counted in the pages (the fast paths do not count frees). Reading another
-    // thread's heap is safe (segments are never unmapped while the allocator lives, counts are
-    // atomic) but only a snapshot.
+    // Live blocks are counted in the pages (the fast paths do not count frees): a snapshot of a
+    // running thread's heap.
     for (segment* seg = h->segments; seg != nullptr; seg = seg->next) {
       for (unsigned i = 0; i < seg->page_count; ++i) {
         const page& pg = seg->pages[i];
