@@ -69,8 +69,10 @@ struct tracking_options {
   // Frames recorded per allocation when capture_stack_traces is on (at most 32).
   std::size_t stack_depth = 16;
   // true: a deallocation that does not match an allocation prints a diagnostic and aborts, because
-  // continuing would corrupt the wrapped allocator. false: it is counted in errors, described by
-  // last_error(), and not passed on (for tests of the checks themselves).
+  // continuing would corrupt the wrapped allocator. false: it is counted in errors and described
+  // by last_error() (for tests of the checks themselves); a pointer the tracker does not know is
+  // not passed on, and a known block given back with the wrong size or alignment is given back
+  // with those it was allocated with (a later deallocate of it is then an unknown pointer).
   bool abort_on_error = true;
   // Prints live blocks (leaks) when the tracking_allocator is destroyed.
   bool report_leaks_at_destruction = true;
