@@ -140,7 +140,7 @@ struct huge_block {
 // One group of the report: the blocks of one class allocated from one stack.
 struct leak_group {
   std::uint64_t hash;
-  void* const* frames;
+  void* frames[general_allocator::max_stack_frames];  // copied: the record may go once threads run
   std::size_t frame_count;
   bool captured;
   std::uint8_t mark;
@@ -248,12 +248,18 @@ class leak_scanner {
   // Bytes read as roots by mark_reachable(): everything it scanned before the blocks.
   std::size_t root_bytes() const noexcept { return root_bytes_; }
   // Phase 1: everything reachable from the roots.
+  // `alone`: no other thread exists; `others`: the other threads, stopped (null where they run).
   void mark_reachable(const void* registers, std::size_t register_bytes, const void* saved, std::size_t saved_bytes,
-                      std::uintptr_t stack_low) noexcept;
+                      std::uintptr_t stack_low, bool alone, const os::process::stopped_threads* others) noexcept;
   // Phase 2: cliques of lost blocks.
   void mark_lost() noexcept;
-  // Groups, sorts and writes the report; returns the lost blocks not suppressed.
-  std::size_t report(int fd, general_allocator::leak_summary& summary) noexcept;
+  // Counts every live block by class into `summary` and groups the ones the report lists by
+  // allocation stack (the stacks copied out of the records). Reads the records: before the other
+  // threads run again.
+  void group(general_allocator::leak_summary& summary) noexcept;
+  // Sorts and writes the groups (symbolizing their stacks), applies the suppressions; returns the
+  // lost blocks not suppressed.
+  std::size_t write(int fd, general_allocator::leak_summary& summary) noexcept;
 
  private:
   // Calls visit(start, size, mark, page, index, large) for each live block. Sizes come from
@@ -408,9 +414,16 @@ class leak_scanner {
     std::size_t capacity;
     const unsigned char* start;
     std::size_t block_size;
+    const page* pg;
   };
   scratch runs_memory_;
   page_run* runs_ = nullptr;
+  // The report's groups (group(), then write()): an open-addressing table that doubles.
+  scratch table_memory_[2];
+  std::size_t table_current_ = 0;
+  leak_group* table_ = nullptr;
+  std::size_t table_capacity_ = 0;
+  std::size_t table_groups_ = 0;
   std::size_t run_count_ = 0;
   // The first byte of page block `m` (below page_blocks_); `run`, the index of its page, is kept by
   // the caller between calls, so that marks taken in ascending order cost one step each.
@@ -529,27 +542,19 @@ class leak_scanner {
 
 template <class Visit>
 void leak_scanner::for_each_live_block(Visit visit) noexcept {
-  for (heap* h = im_->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
-    for (segment* s = h->segments; s != nullptr; s = s->next) {
-      const segment_slot* slot = nullptr;
-      for (unsigned i = 0; i < s->page_count; ++i) {
-        page* pg = &s->pages[i];
-        if (!pg->in_use || !pg->debug) continue;
-        if (slot == nullptr) slot = slot_of(s);
-        if (slot == nullptr) break;
-        std::uint8_t* marks = marks_ + slot->base[i];
-        const std::uint32_t* sizes = sizes_ + slot->base[i];
-        for (std::size_t b = 0; b < pg->capacity; ++b) {
-          if (marks[b] == not_live) continue;
-          visit(reinterpret_cast<const unsigned char*>(pg->start) + b * pg->block_size, std::size_t{sizes[b]},
-                &marks[b], static_cast<const page*>(pg), b, static_cast<const segment*>(nullptr));
-        }
-      }
+  // The pages as prepare() found them (the heap may have changed since, once threads run).
+  for (std::size_t r = 0; r < run_count_; ++r) {
+    const page_run& run = runs_[r];
+    std::uint8_t* marks = marks_ + run.mark_base;
+    const std::uint32_t* sizes = sizes_ + run.mark_base;
+    for (std::size_t b = 0; b < run.capacity; ++b) {
+      if (marks[b] == not_live) continue;
+      visit(run.start + b * run.block_size, std::size_t{sizes[b]}, &marks[b], run.pg, b, static_cast<const segment*>(nullptr));
     }
   }
   for (std::size_t i = 0; i < huge_count_; ++i) {
     const segment* s = huge_[i].s;
-    visit(reinterpret_cast<const unsigned char*>(s->pages[0].start), s->huge_requested, &marks_[page_blocks_ + i],
+    visit(reinterpret_cast<const unsigned char*>(huge_[i].begin), s->huge_requested, &marks_[page_blocks_ + i],
           static_cast<const page*>(nullptr), std::size_t{0}, s);
   }
 }
@@ -625,7 +630,7 @@ bool leak_scanner::prepare() noexcept {
           slot->s = s;
         }
         slot->base[i] = next;
-        if (runs < run_count_) runs_[runs++] = {next, pg.capacity, reinterpret_cast<const unsigned char*>(pg.start), pg.block_size};
+        if (runs < run_count_) runs_[runs++] = {next, pg.capacity, reinterpret_cast<const unsigned char*>(pg.start), pg.block_size, &pg};
         if (pg.used == 0) {  // no block handed out: nothing to read
           std::memset(marks_ + next, not_live, pg.capacity);
           next += pg.capacity;
@@ -1251,7 +1256,8 @@ void leak_scanner::pending_pass() noexcept {
 
 
 void leak_scanner::mark_reachable(const void* registers, std::size_t register_bytes, const void* saved,
-                                  std::size_t saved_bytes, std::uintptr_t stack_low) noexcept {
+                                  std::size_t saved_bytes, std::uintptr_t stack_low, bool alone,
+                                  const os::process::stopped_threads* others) noexcept {
   new_mark_ = reachable;
   leader_ = SIZE_MAX;
   finger_ = 0;  // the roots only mark the blocks they reach; sweep() scans them
@@ -1311,18 +1317,12 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
   scan(static_cast<const unsigned char*>(registers), static_cast<const unsigned char*>(registers) + register_bytes);
   if (saved != nullptr) scan(static_cast<const unsigned char*>(saved), static_cast<const unsigned char*>(saved) + saved_bytes);
   drain();
-  // The other threads, stopped until phase 1 ends, so that what they hold is seen as it is (a
-  // pointer only a blocked thread's register holds; dead frames below a thread's stack pointer,
-  // which still hold what they last held) and no pointer moves between a root read and a block not
-  // read yet. No lock is taken from here to the end of phase 1: a stopped thread may hold it.
-  const auto threads = os::process::thread_count();
-  const bool alone = threads && threads.value() == 1;
-  os::process::stopped_threads others;
-  if (!alone && others.stop()) {
-    others_ = &others;
-    exclude(others.storage_begin(), others.storage_end());
-    for (std::size_t i = 0; i < others.count(); ++i) {
-      const auto t = others.at(i);
+  // The other threads' registers (stopped by the caller: report_lost_blocks()).
+  if (others != nullptr) {
+    others_ = others;
+    exclude(others->storage_begin(), others->storage_end());
+    for (std::size_t i = 0; i < others->count(); ++i) {
+      const auto t = others->at(i);
       const auto* words = static_cast<const unsigned char*>(t.registers);
       scan(words, words + t.register_bytes);
     }
@@ -1469,30 +1469,30 @@ void leak_scanner::mark_lost() noexcept {
   finger_ = SIZE_MAX;
 }
 
-std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summary) noexcept {
+void leak_scanner::group(general_allocator::leak_summary& summary) noexcept {
   constexpr std::size_t record_lookahead = 16;
-  const general_allocator::options& o = im_->self->current_options();
-  const bool list_reachable = o.report_reachable;
+  const bool list_reachable = im_->self->current_options().report_reachable;
   // Group by (class, stack) in an open-addressing table that doubles when half full. (Sized for
   // every live block up front, it took 56 bytes per block, huge pages zero-filled wherever a
   // group landed, and a read of all of it to compact a report of a few groups.)
-  std::size_t capacity = 1024;
-  scratch table_memory[2];
-  std::size_t current = 0;
-  auto* table = static_cast<leak_group*>(table_memory[current].get(capacity * sizeof(leak_group)));
-  std::size_t groups = 0;
+  std::size_t& capacity = table_capacity_;
+  std::size_t& current = table_current_;
+  leak_group*& table = table_;
+  std::size_t& groups = table_groups_;
+  capacity = 1024;
+  table = static_cast<leak_group*>(table_memory_[current].get(capacity * sizeof(leak_group)));
   const auto insert = [](leak_group* t, std::size_t c, const leak_group& g) {
     std::size_t slot = g.hash & (c - 1);
     while (t[slot].blocks != 0) slot = (slot + 1) & (c - 1);
     t[slot] = g;
   };
   const auto grow = [&] {
-    auto* bigger = static_cast<leak_group*>(table_memory[1 - current].get(2 * capacity * sizeof(leak_group)));
+    auto* bigger = static_cast<leak_group*>(table_memory_[1 - current].get(2 * capacity * sizeof(leak_group)));
     if (bigger == nullptr) return;  // this one fills up instead (groups past that are not listed)
     for (std::size_t i = 0; i < capacity; ++i) {
       if (table[i].blocks != 0) insert(bigger, 2 * capacity, table[i]);
     }
-    table_memory[current].reset();
+    table_memory_[current].reset();
     current = 1 - current;
     table = bigger;
     capacity *= 2;
@@ -1544,7 +1544,14 @@ std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summar
       leak_group& g = table[slot];
       if (g.blocks == 0) {
         if (groups + 1 == capacity) return;  // full (no memory to grow): counted, not listed
-        g = {h, frames, frame_count, captured, kind, 1, size, start};
+        g.hash = h;
+        std::copy(frames, frames + frame_count, g.frames);
+        g.frame_count = frame_count;
+        g.captured = captured;
+        g.mark = kind;
+        g.blocks = 1;
+        g.bytes = size;
+        g.sample = start;
         if (2 * ++groups > capacity) grow();
         return;
       }
@@ -1556,6 +1563,13 @@ std::size_t leak_scanner::report(int fd, general_allocator::leak_summary& summar
       }
     }
   });
+}
+
+std::size_t leak_scanner::write(int fd, general_allocator::leak_summary& summary) noexcept {
+  const general_allocator::options& o = im_->self->current_options();
+  const bool list_reachable = o.report_reachable;
+  leak_group* const table = table_;
+  const std::size_t capacity = table_capacity_;
   std::size_t lost = summary.definitely_lost_blocks + summary.indirectly_lost_blocks;
   if (table == nullptr) return lost;
   // Compact, then largest first (definitely lost before indirectly lost before reachable on ties).
@@ -1621,6 +1635,22 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* regi
                                                        std::uintptr_t stack_low,
                                                        general_allocator::leak_summary& summary) noexcept {
   const std::uint64_t start = os::thread_cpu_ns();
+  // The other threads, stopped before anything is read (which blocks are live, the tables, the
+  // roots) until phase 1 ends, so that the heap is read as it is at one moment: no block is
+  // freed or allocated between the tables and the scan (a block freed meanwhile was reported
+  // lost, a page released meanwhile faulted the scan), what a thread holds only in a register or
+  // in dead frames below its stack pointer is seen, and no pointer moves between a root read and
+  // a block not read yet. Under the lock, so that no thread is stopped while it links or unlinks
+  // a segment of its heap; from the stop to the end of phase 1 no other lock is taken (a stopped
+  // thread may hold one). Where threads cannot be stopped, they run.
+  const auto threads = os::process::thread_count();
+  const bool alone = threads && threads.value() == 1;
+  os::process::stopped_threads others;
+  bool stopped = false;
+  if (!alone) {
+    lock_guard guard(lock);
+    stopped = static_cast<bool>(others.stop());
+  }
   leak_scanner scanner(this);
   if (!scanner.prepare()) {
     report_writer(fd, self->options_.format)
@@ -1628,12 +1658,16 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* regi
     return 0;
   }
   if (scanner.live_blocks() == 0) return 0;
-  scanner.mark_reachable(registers, register_bytes, saved, saved_bytes, stack_low);
+  scanner.mark_reachable(registers, register_bytes, saved, saved_bytes, stack_low, alone, stopped ? &others : nullptr);
   scanner.mark_lost();
+  scanner.group(summary);
+  // Everything below reads only what the scan copied: the threads may run (the report symbolizes
+  // its stacks, which takes the loader's lock and allocates).
+  others.resume();
   for (std::size_t i = 0; i < scanner.overflowed_count(); ++i) report_live_overflow(scanner.overflowed()[i]);
   if (scanner.checked_canaries()) check_live_guards();
   const std::uint64_t scanned = os::thread_cpu_ns();
-  const std::size_t lost = scanner.report(fd, summary);
+  const std::size_t lost = scanner.write(fd, summary);
   summary.root_bytes = scanner.root_bytes();
   summary.scan_cpu_ns = scanned - start;
   summary.writing_cpu_ns = os::thread_cpu_ns() - scanned;

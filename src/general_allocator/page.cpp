@@ -181,8 +181,8 @@ void general_allocator::impl::release_page(heap* h, page* pg) noexcept {
   pg->allocated.store(0, std::memory_order_relaxed);
   note_in_use(-static_cast<std::ptrdiff_t>(page_area_bytes(pg)));
   const bool debug = pg->debug;
+  pg->in_use = false;  // first: a leak scan that stops this thread here must not read the records
   if (debug) release_records(pg);
-  pg->in_use = false;
   pg->in_full = false;
   pg->free = nullptr;
   pg->used = 0;

@@ -129,6 +129,31 @@ __attribute__((noinline)) static void scrub_stack(void) {
   for (size_t i = 0; i < sizeof scrub; ++i) scrub[i] = 0;
 }
 
+/* A list a thread keeps growing and emptying, every node reachable from `churn_head` (or, for a
+   moment, from the thread's registers), until the process exits. */
+struct churn_node {
+  struct churn_node* next;
+  char payload[24];
+};
+static struct churn_node* volatile churn_head;
+static void* churn(void* unused) {
+  (void)unused;
+  worker_ready = 1;
+  for (;;) {
+    for (int i = 0; i < 20000; ++i) {
+      struct churn_node* n = malloc(sizeof *n);
+      n->next = churn_head;
+      churn_head = n;
+    }
+    while (churn_head) {
+      struct churn_node* n = churn_head;
+      churn_head = n->next;
+      free(n);
+    }
+  }
+  return NULL;
+}
+
 /* Starts `body` on a thread of its own and waits until it is in the kernel. */
 static pthread_t start_worker(void* (*body)(void*), const pthread_attr_t* attributes) {
   pthread_t thread;
@@ -400,6 +425,15 @@ int main(int argc, char** argv) {
 #else
     return 77; /* the case needs x86-64's registers */
 #endif
+  }
+  /* The exit-time leak report while another thread allocates and frees: main returns after
+     `argv[2]` microseconds (20,000 by default) of it. */
+  if (strcmp(what, "thread-churn") == 0) {
+    pthread_t worker;
+    if (pthread_create(&worker, NULL, churn, NULL) != 0) return 3;
+    while (!worker_ready) usleep(1000);
+    usleep(argc > 2 ? (useconds_t)atoi(argv[2]) : 20000);
+    return 0;
   }
   /* A report on demand (memkit_malloc_report_leaks, found in the drop-in) while another thread
      sleeps: the sleep runs its whole time. Exits 4 when it was cut short. */
