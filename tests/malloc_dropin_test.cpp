@@ -405,6 +405,17 @@ TEST(malloc_preload_debug, the_leak_report_works_where_threads_cannot_be_stopped
   EXPECT_TRUE(contains(out.output, "1 block, 1234 bytes, definitely lost")) << out.output;
 }
 
+// Shared memory is a root, as memcheck reads it: a block whose only address lies in a MAP_SHARED
+// anonymous mapping, a System V segment or a shared file mapping is reachable.
+TEST(malloc_preload_debug, blocks_kept_in_shared_memory_are_reachable) {
+  auto out = misuse_with("shared-roots", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  for (const char* size : {"1111 bytes", "2222 bytes", "3333 bytes"}) {
+    EXPECT_TRUE(contains(out.output, std::string("1 block, ") + size + ", still reachable")) << size << "\n" << out.output;
+  }
+  EXPECT_TRUE(contains(out.output, "definitely lost: 0 bytes in 0 blocks; indirectly lost: 0 bytes")) << out.output;
+}
+
 // The exit-time report while another thread still allocates and frees, every block reachable: the
 // threads are stopped before the report reads which blocks are live, so none it reads is freed or
 // allocated meanwhile. (When they were stopped after that, about one run in three reported the

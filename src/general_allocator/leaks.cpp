@@ -1,9 +1,9 @@
 // Debug mode's leak report: which live blocks can the process still reach?
 //
 // The scan is conservative, word by word, as LeakSanitizer's and memcheck's are. Roots: every
-// private writable mapping of the process (os::process::for_each_region: the data segments of every
+// writable mapping of the process (os::process::for_each_region: the data segments of every
 // loaded object, every thread's stack and TLS, the loader's own allocations, memory a program maps
-// for itself), except the memory of memkit's allocators; the calling thread's stack only above the
+// for itself, shared memory as memcheck reads it), except the memory of memkit's allocators; the calling thread's stack only above the
 // report's own frame (below it lie dead frames and the scan's own variables) plus its registers;
 // the other threads, stopped until phase 1 ends (os::process::stopped_threads), likewise: each
 // stack from its stack pointer up, and each thread's registers (where they cannot be stopped, their
@@ -483,6 +483,8 @@ class leak_scanner {
   // code cache), which holds pointers as instructions' 64-bit operands at any byte offset, so
   // scan_root() reads a word at every byte of it, not only at word boundaries.
   bool in_code_ = false;
+  // The root being read is a shared mapping: read through copies only (see mark_reachable()).
+  bool in_shared_ = false;
   // The mark a block gets when it is scanned: reachable in phase 1, indirectly lost in phase 2.
   std::uint8_t new_mark_ = reachable;
   // Phase 2: the mark of the clique's leader. A leader's reached bit stays clear: its own clique's
@@ -972,13 +974,14 @@ void leak_scanner::drain() noexcept {
 // skipped instead of faulting. Either way an unreadable page is skipped and the rest scanned.
 void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexcept {
   if (direct_reads_) {
+    if (in_shared_) return;  // no safe copy on this system: a shared mapping is not read
     scan_root(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
     return;
   }
   // An unreadable page is skipped up to the next page of the system's, not of os::page_size(),
   // which may be larger: the rest of a larger page may be readable and hold roots.
   const std::size_t page = os::process::protection_granularity();
-  while (single_threaded_ && begin < end) {
+  while (single_threaded_ && !in_shared_ && begin < end) {
     const std::size_t n = std::min<std::size_t>(end - begin, probe_bytes);
     const auto readable = os::process::readable_prefix(reinterpret_cast<const void*>(begin), n);
     if (!readable) {
@@ -998,7 +1001,7 @@ void leak_scanner::scan_foreign(std::uintptr_t begin, std::uintptr_t end) noexce
     const auto got = os::process::read_memory(reinterpret_cast<const void*>(begin), copy_, n);
     if (!got) {
       direct_reads_ = true;  // no safe copy on this system: read in place
-      scan_root(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
+      if (!in_shared_) scan_root(reinterpret_cast<const unsigned char*>(begin), reinterpret_cast<const unsigned char*>(end));
       return;
     }
     if (got.value() > 0) {
@@ -1336,16 +1339,20 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
   // (Under AddressSanitizer the roots hold bytes it poisoned, the redzones of globals and frames,
   // which a read in place would report: copied there.)
   single_threaded_ = !MEMKIT_HAS_ASAN && threads_known_;
-  // Readable, writable, private. Shared mappings are skipped (a truncated file would fault).
+  // Readable and writable. Shared ones too (System V shared memory, MAP_SHARED anonymous memory
+  // and memfds, shared files), as memcheck reads them: a pointer kept only there reaches its block.
+  // They are read through copies (scan_foreign()), since a shared file, or a memfd another
+  // process shrinks, may end before its mapping does and a read in place past its end would fault.
   (void)os::process::for_each_region(
       [](const os::process::region& r, void* context) {
         auto* self = static_cast<leak_scanner*>(context);
         const bool after_guard = r.begin == self->guard_end_;
         self->guard_end_ = r.readable ? 0 : r.end;
-        if (!r.readable || !r.writable || !r.is_private || r.end - r.begin > largest_root_mapping) return true;
+        if (!r.readable || !r.writable || r.end - r.begin > largest_root_mapping) return true;
         self->in_code_ = r.executable;
+        self->in_shared_ = !r.is_private;
         self->scan_touched(self->live_part_of(r, after_guard), r.end);
-        self->in_code_ = false;
+        self->in_code_ = self->in_shared_ = false;
         return true;
       },
       this);

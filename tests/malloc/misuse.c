@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -153,6 +154,9 @@ static void* churn(void* unused) {
   }
   return NULL;
 }
+
+/* Puts a new block's address in `where` only, out of line (no copy stays in main's frame). */
+__attribute__((noinline)) static void keep_in(void** where, size_t size) { *where = malloc(size); }
 
 /* Starts `body` on a thread of its own and waits until it is in the kernel. */
 static pthread_t start_worker(void* (*body)(void*), const pthread_attr_t* attributes) {
@@ -425,6 +429,24 @@ int main(int argc, char** argv) {
 #else
     return 77; /* the case needs x86-64's registers */
 #endif
+  }
+  /* Blocks whose only addresses are kept in shared memory: a MAP_SHARED anonymous mapping, a
+     System V segment and a memfd's shared mapping (memcheck counts them reachable). */
+  if (strcmp(what, "shared-roots") == 0) {
+    void** anonymous = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    const int segment = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+    void** system_v = segment >= 0 ? shmat(segment, NULL, 0) : (void*)-1;
+    if (segment >= 0) (void)shmctl(segment, IPC_RMID, NULL); /* gone once detached */
+    FILE* backing = tmpfile();
+    void** file = MAP_FAILED;
+    if (backing && ftruncate(fileno(backing), 4096) == 0)
+      file = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fileno(backing), 0);
+    if (anonymous == MAP_FAILED || system_v == (void*)-1 || file == MAP_FAILED) return 3;
+    keep_in(anonymous + 3, 1111);
+    keep_in(system_v + 5, 2222);
+    keep_in(file + 7, 3333);
+    scrub_stack();
+    return 0;
   }
   /* The exit-time leak report while another thread allocates and frees: main returns after
      `argv[2]` microseconds (20,000 by default) of it. */
