@@ -524,31 +524,16 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
   // an exception nothing is left behind: the constructor that called them then has no storage to
   // release.
   void construct_values(size_type count) {
-    if (count > capacity()) {
-      assign_in_new_buffer(count, [&](T* fresh) { std::uninitialized_value_construct_n(fresh, count); });
-      return;
-    }
-    std::uninitialized_value_construct_n(data_, count);
-    counts_.set_size(static_cast<stored_size>(count));
+    construct_elements(count, [&](T* at) { std::uninitialized_value_construct_n(at, count); });
   }
   void construct_copies(size_type count, const T& value) {
-    if (count > capacity()) {
-      assign_in_new_buffer(count, [&](T* fresh) { std::uninitialized_fill_n(fresh, count, value); });
-      return;
-    }
-    std::uninitialized_fill_n(data_, count, value);
-    counts_.set_size(static_cast<stored_size>(count));
+    construct_elements(count, [&](T* at) { std::uninitialized_fill_n(at, count, value); });
   }
   template <std::input_iterator InputIt>
   void construct_copies(InputIt first, InputIt last) {
     if constexpr (std::forward_iterator<InputIt>) {
       const auto count = static_cast<size_type>(std::distance(first, last));
-      if (count > capacity()) {
-        assign_in_new_buffer(count, [&](T* fresh) { std::uninitialized_copy(first, last, fresh); });
-        return;
-      }
-      std::uninitialized_copy(first, last, data_);
-      counts_.set_size(static_cast<stored_size>(count));
+      construct_elements(count, [&](T* at) { std::uninitialized_copy(first, last, at); });
     } else {
       // One pass, growing as it goes: if an element throws, the elements built so far and the
       // heap buffer holding them go with the exception.
@@ -819,6 +804,18 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
     construct(data_ + counts_.size(), count);
     counts_.set_size(static_cast<stored_size>(size() + count));
     return true;
+  }
+
+  // The constructors' one step: `count` elements that `construct(at)` builds, in the storage this
+  // empty container has (inline) or in a new buffer.
+  template <class Construct>
+  void construct_elements(size_type count, Construct construct) {
+    if (count > capacity()) {
+      assign_in_new_buffer(count, construct);
+      return;
+    }
+    construct(data_);
+    counts_.set_size(static_cast<stored_size>(count));
   }
 
   // Replaces the contents with `count` elements that `construct(fresh)` builds in a new buffer;
