@@ -1667,13 +1667,13 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* regi
   if (scanner.live_blocks() == 0) return 0;
   scanner.mark_reachable(registers, register_bytes, saved, saved_bytes, stack_low, alone, stopped ? &others : nullptr);
   scanner.mark_lost();
+  const std::uint64_t scanned = os::thread_cpu_ns();  // the scan's cost ends here; the report's begins
   scanner.group(summary);
   // Everything below reads only what the scan copied: the threads may run (the report symbolizes
   // its stacks, which takes the loader's lock and allocates).
   others.resume();
   for (std::size_t i = 0; i < scanner.overflowed_count(); ++i) report_live_overflow(scanner.overflowed()[i]);
   if (scanner.checked_canaries()) check_live_guards();
-  const std::uint64_t scanned = os::thread_cpu_ns();
   const std::size_t lost = scanner.write(fd, summary);
   summary.root_bytes = scanner.root_bytes();
   summary.scan_cpu_ns = scanned - start;
