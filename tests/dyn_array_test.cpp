@@ -18,6 +18,7 @@
 
 #include "memkit/os.hpp"
 #include "support/counted.hpp"
+#include "support/no_address.hpp"
 #if !MEMKIT_WINDOWS
 #include <unistd.h>
 
@@ -471,13 +472,7 @@ TEST_F(dyn_array_test, reading_past_size_is_reported_by_asan) {
 }
 #endif
 
-// An element whose unary & is deleted: insertion at the end takes the new element's address with
-// std::addressof, as std::vector does.
-struct no_address {
-  std::string text;
-  explicit no_address(int i = 0) : text(std::to_string(i)) {}
-  void operator&() const = delete;
-};
+using memkit::testing::no_address;
 
 TEST(dyn_array, an_overloaded_address_of_operator_is_not_used) {
   memkit::dyn_array<no_address> d(100);

@@ -22,6 +22,7 @@
 #include "memkit/small_vector.hpp"
 #include "memkit/virtual_arena.hpp"
 #include "support/counted.hpp"
+#include "support/no_address.hpp"
 #include "support/test_allocator.hpp"
 
 namespace {
@@ -970,12 +971,7 @@ TEST(vector_elements, move_only_trivially_copyable_elements_are_appended_by_movi
   EXPECT_TRUE(v.try_emplace_back(100));
 }
 
-// An element whose unary & is deleted: containers take addresses with std::addressof.
-struct no_address {
-  std::string text;
-  explicit no_address(int i = 0) : text(std::to_string(i)) {}
-  void operator&() const = delete;
-};
+using memkit::testing::no_address;
 
 TEST(vector_elements, an_overloaded_address_of_operator_is_not_used) {
   memkit::vector<no_address> v(3);

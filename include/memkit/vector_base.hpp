@@ -537,10 +537,7 @@ class vector_base : public detail::contiguous_surface<vector_base<T>, T> {
     } else {
       // One pass, growing as it goes: if an element throws, the elements built so far and the
       // heap buffer holding them go with the exception.
-      detail::undo_unless_dismissed undo([&]() noexcept {
-        destroy_all();
-        if (data_ != nullptr && !is_inline()) deallocate_block(data_, counts_.capacity());
-      });
+      detail::undo_unless_dismissed undo([&]() noexcept { release_storage(); });
       for (; first != last; ++first) emplace_back(*first);
       undo.dismiss();
     }
