@@ -405,6 +405,34 @@ TEST(malloc_preload_debug, the_leak_report_works_where_threads_cannot_be_stopped
   EXPECT_TRUE(contains(out.output, "1 block, 1234 bytes, definitely lost")) << out.output;
 }
 
+// At exit, the C library's frames below exit() are not roots: they hold only what they wrote and
+// stale words of the frames the program left there (memcheck does not read words not written
+// since their frame was made). A block lost by a function that returned just before exit() was
+// called, its address left in that dead frame's slots, is lost.
+TEST(malloc_preload_debug, stale_copies_under_the_exit_path_do_not_hide_a_leak) {
+  auto out = misuse_with("exit-stale", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 2468 bytes, definitely lost")) << out.output;
+}
+
+// ...while the frames of the program's own code there (an atexit handler asking for a report) are.
+TEST(malloc_preload_debug, an_exit_handlers_frame_is_a_root) {
+  auto out = misuse_with("exit-handler", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 8642 bytes, still reachable")) << out.output;
+  EXPECT_FALSE(contains(out.output, "8642 bytes, definitely lost")) << out.output;
+}
+
+// ...but the registers exit()'s caller kept, which those frames save and reuse, are: a block whose
+// only address is in one of them at the call is reachable, as memcheck counts it.
+TEST(malloc_preload_debug, registers_kept_by_the_caller_of_exit_are_roots) {
+  auto out = misuse_with("exit-register", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  if (out.exit_code == 77) GTEST_SKIP() << "the case needs x86-64's registers";
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 1357 bytes, still reachable")) << out.output;
+  EXPECT_TRUE(contains(out.output, "definitely lost: 0 bytes in 0 blocks")) << out.output;
+}
+
 // Shared memory is a root, as memcheck reads it: a block whose only address lies in a MAP_SHARED
 // anonymous mapping, a System V segment or a shared file mapping is reachable.
 TEST(malloc_preload_debug, blocks_kept_in_shared_memory_are_reachable) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "memkit/detail/stack_trace.hpp"
+#include "../src/os/symbols.hpp"
 
 // At namespace scope, not in an anonymous namespace, so that the functions below that take it
 // keep external linkage (and a plain demangled name).
@@ -431,5 +432,59 @@ TEST_F(stack_trace, without_libdw_the_drop_in_still_reports) {
 }
 
 #endif
+
+// os::symbols::find_exit_path: nothing outside exit(); below it, the C library's frames there, above
+// the handler's own, and the registers of exit()'s caller.
+TEST(exit_path, is_not_found_outside_exit) {
+  memkit::os::symbols::exit_path path;
+  EXPECT_FALSE(memkit::os::symbols::find_exit_path(path));
+  EXPECT_EQ(path.frame_count, 0u);
+}
+
+std::uintptr_t exit_caller_marker = 0;
+
+// Exits 0 when the path is as described, else with the number of the first check that failed.
+void check_exit_path() {
+  volatile int local = 0;  // lies in this handler's frame, which is not listed
+  const auto here = reinterpret_cast<std::uintptr_t>(&local);
+  memkit::os::symbols::exit_path path;
+  if (!memkit::os::symbols::find_exit_path(path)) ::_exit(10);
+  if (path.frame_count < 2) ::_exit(11);  // at least exit() and its handler loop
+  for (std::size_t i = 0; i < path.frame_count; ++i) {
+    const auto& f = path.frames[i];
+    if (f.begin >= f.end) ::_exit(12);
+    if (f.begin <= here) ::_exit(13);
+    if (i > 0 && f.begin < path.frames[i - 1].end) ::_exit(14);
+  }
+#if defined(__x86_64__)
+  if (path.register_count != 6) ::_exit(15);
+  bool kept = false;  // exit_holding_a_marker() called exit() with the marker in r12
+  for (std::size_t i = 0; i < path.register_count; ++i) kept = kept || path.caller_registers[i] == exit_caller_marker;
+  if (!kept) ::_exit(16);
+#endif
+  ::_exit(0);
+}
+
+[[noreturn]] __attribute__((noinline)) void exit_holding_a_marker() {
+#if defined(__x86_64__)
+  register std::uintptr_t held __asm__("r12") = exit_caller_marker;
+  __asm__ volatile("" : "+r"(held));
+  __asm__ volatile("xor %%edi, %%edi\n call exit@PLT" : : "r"(held) : "rdi", "memory");
+#endif
+  std::exit(0);
+}
+
+TEST(exit_path, below_exit_lists_the_c_librarys_frames_and_the_callers_registers) {
+  exit_caller_marker = 0x5a5a0000u + static_cast<std::uintptr_t>(::getpid());
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::atexit(check_exit_path);
+    exit_holding_a_marker();
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "check " << WEXITSTATUS(status) << " failed";
+}
 
 }  // namespace

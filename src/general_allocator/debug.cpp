@@ -15,6 +15,7 @@
 #include "report.hpp"
 #include "memkit/detail/stack_trace.hpp"
 #include "memkit/os.hpp"
+#include "../os/symbols.hpp"
 
 namespace memkit {
 using namespace gpa;
@@ -1105,11 +1106,23 @@ void report_cost(int fd, general_allocator::report_format format, const general_
   im->check_quarantine();
   const general_allocator::options& o = im->self->current_options();
   if (!o.debug) return report_live_pages(im, fd);
+  // Below exit(), the frames of the C library and the loader above this one hold only stale words
+  // of the program's returned frames (such as a block main's callee lost), which memcheck, reading
+  // only the words written since their frame was made, does not take as pointers: not read.
+  // Walked before the report stops the other threads (the walk takes the loader's lock).
+  os::symbols::exit_path exit;
+  const bool below_exit = os::symbols::find_exit_path(exit);
   // The snapshot leaves out the argument registers, which hold whatever the last calls left there.
   os::register_snapshot registers;
   MEMKIT_OS_CAPTURE_REGISTERS(registers);
-  const std::size_t lost = im->report_lost_blocks(fd, &registers, sizeof registers, saved,
-                                                  saved != nullptr ? os::callee_saved_bytes : 0, stack_start, summary);
+  gpa::calling_thread_roots caller;
+  caller.registers = &registers;
+  caller.register_bytes = sizeof registers;
+  caller.saved = saved;
+  caller.saved_bytes = saved != nullptr ? os::callee_saved_bytes : 0;
+  caller.stack_low = stack_start;
+  caller.exit = below_exit ? &exit : nullptr;
+  const std::size_t lost = im->report_lost_blocks(fd, caller, summary);
   if (o.report_cost) report_cost(fd, o.format, summary);
   __asm__ volatile("" : : "r"(&registers) : "memory");  // keeps the frame (no tail call)
   return lost;

@@ -31,6 +31,10 @@
 #include "memkit/general_allocator.hpp"
 #include "../os/platform.hpp"
 
+namespace memkit::os::symbols {
+struct exit_path;
+}
+
 namespace memkit::gpa {
 
 // ---- geometry ---------------------------------------------------------------------------------
@@ -415,7 +419,20 @@ struct heap {
   void* quarantine_blocks[quarantine_batch] = {};
 };
 
-// The per-instance state.
+// The leak report's roots in the calling thread, captured by report_leaks (debug.cpp): a snapshot
+// of its registers; the callee-saved registers of report_leaks's caller, stored before anything
+// could reuse them (`saved`); its stack from `stack_low` up; and, when the report runs below
+// exit(), the exit path (os::symbols::find_exit_path): the C library's and the loader's frames
+// there, not read, and the registers exit()'s caller kept, read instead.
+struct calling_thread_roots {
+  const void* registers = nullptr;
+  std::size_t register_bytes = 0;
+  const void* saved = nullptr;
+  std::size_t saved_bytes = 0;
+  std::uintptr_t stack_low = 0;
+  const os::symbols::exit_path* exit = nullptr;
+};
+
 }  // namespace memkit::gpa
 
 namespace memkit {
@@ -538,11 +555,9 @@ struct general_allocator::impl {
   bool check_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;  // true: intact
   [[gnu::cold]] MEMKIT_NOINLINE void report_freed_fill(gpa::page* pg, void* p, std::size_t from) noexcept;
   bool report_interior_of_huge(const void* p) noexcept;
-  // leaks.cpp: the reachability scan and the grouped leak report. `registers`, the caller's
-  // callee-saved registers at `saved` and the stack above `stack_low` belong to the calling
-  // thread, captured by the public entry point.
-  std::size_t report_lost_blocks(int fd, const void* registers, std::size_t register_bytes, const void* saved,
-                                 std::size_t saved_bytes, std::uintptr_t stack_low,
+  // leaks.cpp: the reachability scan and the grouped leak report, with the calling thread's roots
+  // as the public entry point captured them.
+  std::size_t report_lost_blocks(int fd, const gpa::calling_thread_roots& caller,
                                  general_allocator::leak_summary& summary) noexcept;
   // general_allocator.cpp
   void* allocate_generic(std::size_t size, std::size_t alignment, bool zeroed) noexcept;

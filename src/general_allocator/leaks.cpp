@@ -4,7 +4,10 @@
 // writable mapping of the process (os::process::for_each_region: the data segments of every
 // loaded object, every thread's stack and TLS, the loader's own allocations, memory a program maps
 // for itself, shared memory as memcheck reads it), except the memory of memkit's allocators; the calling thread's stack only above the
-// report's own frame (below it lie dead frames and the scan's own variables) plus its registers;
+// report's own frame (below it lie dead frames and the scan's own variables) plus its registers,
+// and below exit() without the C library's and the loader's frames there, whose unwritten slots
+// hold the program's returned frames' words, but with the registers exit()'s caller kept
+// (calling_thread_roots);
 // the other threads, stopped until phase 1 ends (os::process::stopped_threads), likewise: each
 // stack from its stack pointer up, and each thread's registers (where they cannot be stopped, their
 // stacks are read whole and their registers are not seen); and the blocks this allocator handed out
@@ -54,6 +57,7 @@
 #include "internal.hpp"
 #include "memkit/detail/stack_trace.hpp"
 #include "../os/process.hpp"
+#include "../os/symbols.hpp"
 #include "memkit/os.hpp"
 #include "report.hpp"
 
@@ -249,8 +253,7 @@ class leak_scanner {
   std::size_t root_bytes() const noexcept { return root_bytes_; }
   // Phase 1: everything reachable from the roots.
   // `alone`: no other thread exists; `others`: the other threads, stopped (null where they run).
-  void mark_reachable(const void* registers, std::size_t register_bytes, const void* saved, std::size_t saved_bytes,
-                      std::uintptr_t stack_low, bool alone, const os::process::stopped_threads* others) noexcept;
+  void mark_reachable(const calling_thread_roots& caller, bool alone, const os::process::stopped_threads* others) noexcept;
   // Phase 2: cliques of lost blocks.
   void mark_lost() noexcept;
   // Counts every live block by class into `summary` and groups the ones the report lists by
@@ -1258,8 +1261,7 @@ void leak_scanner::pending_pass() noexcept {
 }
 
 
-void leak_scanner::mark_reachable(const void* registers, std::size_t register_bytes, const void* saved,
-                                  std::size_t saved_bytes, std::uintptr_t stack_low, bool alone,
+void leak_scanner::mark_reachable(const calling_thread_roots& caller, bool alone,
                                   const os::process::stopped_threads* others) noexcept {
   new_mark_ = reachable;
   leader_ = SIZE_MAX;
@@ -1315,10 +1317,18 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
     }
   }
   drain();
-  // This thread's registers (a snapshot here, and the caller's callee-saved ones stored before the
-  // report began), then every writable private mapping.
-  scan(static_cast<const unsigned char*>(registers), static_cast<const unsigned char*>(registers) + register_bytes);
-  if (saved != nullptr) scan(static_cast<const unsigned char*>(saved), static_cast<const unsigned char*>(saved) + saved_bytes);
+  // This thread's registers (a snapshot here, the caller's callee-saved ones stored before the
+  // report began, and below exit() those exit()'s caller kept), then every writable mapping, but
+  // for the frames of the exit path.
+  const auto scan_object = [this](const void* p, std::size_t bytes) {
+    scan(static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + bytes);
+  };
+  scan_object(caller.registers, caller.register_bytes);
+  if (caller.saved != nullptr) scan_object(caller.saved, caller.saved_bytes);
+  if (caller.exit != nullptr) {
+    scan_object(caller.exit->caller_registers, caller.exit->register_count * sizeof(std::uintptr_t));
+    for (std::size_t i = 0; i < caller.exit->frame_count; ++i) exclude(caller.exit->frames[i].begin, caller.exit->frames[i].end);
+  }
   drain();
   // The other threads' registers (stopped by the caller: report_lost_blocks()).
   if (others != nullptr) {
@@ -1333,7 +1343,7 @@ void leak_scanner::mark_reachable(const void* registers, std::size_t register_by
   }
   std::sort(excluded_, excluded_ + excluded_count_,
             [](const address_range& a, const address_range& b) { return a.begin < b.begin; });
-  stack_low_ = stack_low;
+  stack_low_ = caller.stack_low;
   threads_known_ = alone || others_ != nullptr;
   canary_check_bytes_ = alone ? std::min<std::size_t>(im_->self->current_options().canary_bytes, 16) : 0;
   // (Under AddressSanitizer the roots hold bytes it poisoned, the redzones of globals and frames,
@@ -1637,9 +1647,7 @@ std::size_t leak_scanner::write(int fd, general_allocator::leak_summary& summary
 
 }  // namespace
 
-std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* registers, std::size_t register_bytes,
-                                                       const void* saved, std::size_t saved_bytes,
-                                                       std::uintptr_t stack_low,
+std::size_t general_allocator::impl::report_lost_blocks(int fd, const gpa::calling_thread_roots& caller,
                                                        general_allocator::leak_summary& summary) noexcept {
   const std::uint64_t start = os::thread_cpu_ns();
   // The other threads, stopped before anything is read (which blocks are live, the tables, the
@@ -1665,7 +1673,7 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const void* regi
     return 0;
   }
   if (scanner.live_blocks() == 0) return 0;
-  scanner.mark_reachable(registers, register_bytes, saved, saved_bytes, stack_low, alone, stopped ? &others : nullptr);
+  scanner.mark_reachable(caller, alone, stopped ? &others : nullptr);
   scanner.mark_lost();
   const std::uint64_t scanned = os::thread_cpu_ns();  // the scan's cost ends here; the report's begins
   scanner.group(summary);

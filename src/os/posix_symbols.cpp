@@ -24,6 +24,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -97,6 +98,54 @@ _Unwind_Reason_Code on_frame(struct _Unwind_Context* context, void* argument) {
   if (ip == 0) return _URC_END_OF_STACK;
   if (state->count == state->max_frames) return _URC_END_OF_STACK;
   state->frames[state->count++] = reinterpret_cast<void*>(ip);
+  return _URC_NO_REASON;
+}
+
+// find_exit_path()'s walk: each frame up to exit()'s, with the object its code lies in, then the
+// callee-saved registers of exit()'s caller (DWARF's numbers for them).
+#if defined(__x86_64__)
+constexpr int caller_kept_registers[] = {3, 6, 12, 13, 14, 15};  // rbx, rbp, r12-r15
+#elif defined(__aarch64__)
+constexpr int caller_kept_registers[] = {19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29};  // x19-x29
+#else
+constexpr int caller_kept_registers[] = {-1};  // not known here: find_exit_path() says false
+#endif
+
+struct exit_walk {
+  struct frame {
+    std::uintptr_t sp;    // its stack pointer: the lowest address of its frame
+    const void* object;   // the base of the module its code lies in
+  };
+  static constexpr std::size_t max_frames = 64;
+  frame frames[max_frames];
+  std::size_t count = 0;
+  std::uintptr_t caller_sp = 0;  // exit()'s caller's: where exit()'s frame ends
+  bool exit_found = false;  // the last frame walked is exit()'s: the next is its caller
+  bool complete = false;    // the caller's registers are read
+  exit_path* out;
+};
+
+_Unwind_Reason_Code on_exit_path_frame(struct _Unwind_Context* context, void* argument) {
+  auto* walk = static_cast<exit_walk*>(argument);
+  const std::uintptr_t ip = _Unwind_GetIP(context);
+  if (ip == 0) return _URC_END_OF_STACK;
+  // In a walk's callback the unwinders give a frame's stack pointer as its "CFA" (the compiler's
+  // computes a frame's own CFA only when it steps to the next: what it gives is the callee's, which
+  // is this frame's stack pointer at the call).
+  const std::uintptr_t sp = _Unwind_GetCFA(context);
+  if (walk->exit_found) {
+    walk->caller_sp = sp;
+    for (const int r : caller_kept_registers) {
+      walk->out->caller_registers[walk->out->register_count++] = _Unwind_GetGR(context, r);
+    }
+    walk->complete = true;
+    return _URC_END_OF_STACK;
+  }
+  if (walk->count == exit_walk::max_frames) return _URC_END_OF_STACK;
+  Dl_info info;
+  if (::dladdr(reinterpret_cast<void*>(ip - 1), &info) == 0) return _URC_END_OF_STACK;
+  walk->frames[walk->count++] = {sp, info.dli_fbase};
+  walk->exit_found = info.dli_sname != nullptr && std::strcmp(info.dli_sname, "exit") == 0;
   return _URC_NO_REASON;
 }
 
@@ -620,6 +669,37 @@ const void* default_definition(const char* name, const char** object) noexcept {
   }
   *object = info.dli_fname;
   return found;
+}
+
+// Walks the stack with the compiler's unwinder, which reads the registers each frame saved
+// (libunwind's fast walk gives return addresses only). exit() is known by its exported name, not
+// its address: a non-PIE executable's address of exit is its PLT entry.
+bool find_exit_path(exit_path& out) noexcept {
+  out = exit_path{};
+  if constexpr (caller_kept_registers[0] < 0) {
+    return false;
+  } else {
+    static_assert(std::size(caller_kept_registers) <= std::size(exit_path{}.caller_registers));
+    exit_walk walk;
+    walk.out = &out;
+    _Unwind_Backtrace(on_exit_path_frame, &walk);
+    if (!walk.complete) {
+      out = exit_path{};
+      return false;
+    }
+    const void* libc = walk.frames[walk.count - 1].object;
+    const auto* loader = reinterpret_cast<const void*>(::getauxval(AT_BASE));
+    // A frame lies between its stack pointer and its caller's.
+    for (std::size_t i = 0; i < walk.count; ++i) {
+      if (walk.frames[i].object != libc && walk.frames[i].object != loader) continue;
+      if (out.frame_count == exit_path::max_frames) {
+        out = exit_path{};
+        return false;
+      }
+      out.frames[out.frame_count++] = {walk.frames[i].sp, i + 1 < walk.count ? walk.frames[i + 1].sp : walk.caller_sp};
+    }
+    return true;
+  }
 }
 
 bool on_fork_in_child(void (*handler)()) noexcept { return ::pthread_atfork(nullptr, nullptr, handler) == 0; }

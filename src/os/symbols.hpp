@@ -58,6 +58,24 @@ bool resolve_exported(std::uintptr_t address, detail::resolved_frame& out, const
 // canonical PLT entry). Where modules do not interpose each other's symbols (Windows), null.
 const void* default_definition(const char* name, const char** object) noexcept;
 
+// The calling thread's frames below exit(), when it runs what exit() calls (an atexit handler, a
+// destructor). `frames`: the stack ranges of the C library's and the dynamic loader's frames among
+// them (exit's own, its handler loop, the loader's destructor loop), which hold nothing of the
+// program's, only stale words of the frames the program left (main's callees' among them, once
+// main has returned). `caller_registers`: the callee-saved registers of exit()'s caller at its call,
+// which those frames may have saved and reused. The other frames (handlers, destructors) are not
+// listed: they belong to the program. False, with nothing listed, where exit() is not on the stack,
+// the frames cannot be walked or named, or this platform does not say which registers the caller
+// keeps.
+struct exit_path {
+  static constexpr std::size_t max_frames = 32;
+  code_range frames[max_frames];
+  std::size_t frame_count = 0;
+  std::uintptr_t caller_registers[12] = {};
+  std::size_t register_count = 0;
+};
+bool find_exit_path(exit_path& out) noexcept;
+
 // Runs `handler` in the child after a fork() (POSIX), once per process; false when it cannot be
 // installed. Where processes do not fork, does nothing and returns true.
 bool on_fork_in_child(void (*handler)()) noexcept;

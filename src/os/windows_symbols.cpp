@@ -86,6 +86,12 @@ const void* default_definition(const char*, const char** object) noexcept {
   return nullptr;
 }
 
+// The exit path is not walked here: a report at exit reads the whole stack above its caller.
+bool find_exit_path(exit_path& out) noexcept {
+  out = exit_path{};
+  return false;
+}
+
 bool on_fork_in_child(void (*)()) noexcept { return true; }
 
 void write_all(int fd, const char* text, std::size_t length) noexcept {

@@ -155,6 +155,39 @@ static void* churn(void* unused) {
   return NULL;
 }
 
+/* Loses a block whose address stays in this returned frame's slots, below its caller's stack
+   pointer: where exit()'s frames will lie when the caller calls it next. */
+__attribute__((noinline)) static void lose_leaving_stale_copies(void) {
+  volatile uintptr_t copies[32];
+  const uintptr_t lost = (uintptr_t)malloc(2468);
+  for (size_t i = 0; i < 32; ++i) copies[i] = lost;
+}
+__attribute__((noinline)) static void exit_over_stale_copies(void) {
+  lose_leaving_stale_copies();
+  exit(0);
+}
+
+/* An atexit handler that asks for a report while it holds a block in its own frame. */
+static void report_holding_a_local(void) {
+  void* volatile local = malloc(8642);
+  void (*report)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "memkit_malloc_report_leaks");
+  if (report) report(2);
+  free(local);
+}
+
+#if defined(__x86_64__)
+/* Calls exit() with a block's only address in rbx, a register exit()'s frames save and reuse. */
+__attribute__((noinline)) static void exit_with_a_register_root(void) {
+  register unsigned long held __asm__("rbx") = (unsigned long)malloc(1357) ^ HIDE_KEY;
+  __asm__ volatile("" : "+r"(held));
+  scrub_stack(); /* malloc's dead frames: no copy of the address below this frame */
+  __asm__ volatile("movabs %1, %%rax\n xor %%rax, %0\n xor %%edi, %%edi\n call exit@PLT"
+                   : "+r"(held)
+                   : "i"(HIDE_KEY)
+                   : "rax", "rdi", "memory");
+}
+#endif
+
 /* Puts a new block's address in `where` only, out of line (no copy stays in main's frame). */
 __attribute__((noinline)) static void keep_in(void** where, size_t size) { *where = malloc(size); }
 
@@ -447,6 +480,19 @@ int main(int argc, char** argv) {
     keep_in(file + 7, 3333);
     scrub_stack();
     return 0;
+  }
+  /* A block lost in a returned frame whose slots still hold its address where exit()'s frames
+     lie (memcheck: definitely lost, those slots not written since exit's frames were made). */
+  if (strcmp(what, "exit-stale") == 0) exit_over_stale_copies();
+  /* A report on demand from an atexit handler, below exit(): the handler's frame is a root. */
+  if (strcmp(what, "exit-handler") == 0) return atexit(report_holding_a_local) == 0 ? 0 : 3;
+  /* exit() called with a block's only address in a callee-saved register (memcheck: reachable). */
+  if (strcmp(what, "exit-register") == 0) {
+#if defined(__x86_64__)
+    exit_with_a_register_root();
+#else
+    return 77; /* the case needs x86-64's registers */
+#endif
   }
   /* The exit-time leak report while another thread allocates and frees: main returns after
      `argv[2]` microseconds (20,000 by default) of it. */
