@@ -47,6 +47,13 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// How many times `part` occurs in `text`.
+std::size_t count(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++n;
+  return n;
+}
+
 // What the file at `path` holds (empty when it cannot be read).
 std::string read_file(const std::string& path) {
   std::string text;
@@ -431,6 +438,42 @@ TEST(malloc_preload_debug, registers_kept_by_the_caller_of_exit_are_roots) {
   ASSERT_EQ(out.exit_code, 0) << out.output;
   EXPECT_TRUE(contains(out.output, "1 block, 1357 bytes, still reachable")) << out.output;
   EXPECT_TRUE(contains(out.output, "definitely lost: 0 bytes in 0 blocks")) << out.output;
+}
+
+// A process that leaves through _exit, which runs no exit handler, is reported too, as valgrind
+// reports it: the leak itself, and the registers _exit's caller kept are roots there as well.
+TEST(malloc_preload_debug, a_process_that_leaves_through_underscore_exit_is_reported) {
+  auto out = run({misuse, "immediate-exit", "self"}, {preload, "MEMKIT_DEBUG=1"});
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 1212 bytes, definitely lost")) << out.output;
+  EXPECT_EQ(count(out.output, "leak summary"), 1u) << out.output;
+  auto kept = misuse_with("immediate-exit-register", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  if (kept.exit_code == 77) GTEST_SKIP() << "the case needs x86-64's registers";
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_TRUE(contains(kept.output, "1 block, 1357 bytes, still reachable")) << kept.output;
+  EXPECT_TRUE(contains(kept.output, "definitely lost: 0 bytes in 0 blocks")) << kept.output;
+}
+
+// ...but not from a signal handler, which may have stopped the thread inside malloc.
+TEST(malloc_preload_debug, underscore_exit_from_a_signal_handler_makes_no_report) {
+  auto out = run({misuse, "immediate-exit-in-handler"}, {preload, "MEMKIT_DEBUG=1", "MEMKIT_STATS=1"});
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_FALSE(contains(out.output, "leak summary")) << out.output;
+  EXPECT_FALSE(contains(out.output, "memkit:")) << out.output;
+}
+
+// A fork() child that leaves through _exit makes its own report (its block and its parent's, as
+// valgrind reports them); a vfork() child, which runs in its parent's memory, makes none.
+TEST(malloc_preload_debug, forked_children_leaving_through_underscore_exit_are_reported_vforked_ones_are_not) {
+  auto forked = run({misuse, "immediate-exit", "fork"}, {preload, "MEMKIT_DEBUG=1"});
+  ASSERT_EQ(forked.exit_code, 0) << forked.output;
+  EXPECT_EQ(count(forked.output, "leak summary"), 2u) << forked.output;
+  EXPECT_TRUE(contains(forked.output, "definitely lost: 4646 bytes in 2 blocks")) << forked.output;
+  EXPECT_TRUE(contains(forked.output, "definitely lost: 1212 bytes in 1 blocks")) << forked.output;
+  auto vforked = run({misuse, "immediate-exit", "vfork"}, {preload, "MEMKIT_DEBUG=1"});
+  ASSERT_EQ(vforked.exit_code, 0) << vforked.output;
+  EXPECT_EQ(count(vforked.output, "leak summary"), 1u) << vforked.output;
+  EXPECT_TRUE(contains(vforked.output, "definitely lost: 1212 bytes in 1 blocks")) << vforked.output;
 }
 
 // Shared memory is a root, as memcheck reads it: a block whose only address lies in a MAP_SHARED

@@ -5,6 +5,7 @@
 // and only the libdw symbolizer can. The first test checks that premise.
 #include <dlfcn.h>
 #include <link.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <gtest/gtest.h>
 #include <search.h>
@@ -439,6 +440,20 @@ TEST(exit_path, is_not_found_outside_exit) {
   memkit::os::symbols::exit_path path;
   EXPECT_FALSE(memkit::os::symbols::find_exit_path(path));
   EXPECT_EQ(path.frame_count, 0u);
+}
+
+volatile bool seen_in_handler = false;
+void note_signal_handler(int) { seen_in_handler = memkit::os::symbols::in_signal_handler(); }
+
+TEST(signal_handler, is_told_apart_from_ordinary_code) {
+  EXPECT_FALSE(memkit::os::symbols::in_signal_handler());
+  struct sigaction action{};
+  struct sigaction previous{};
+  action.sa_handler = note_signal_handler;
+  ASSERT_EQ(::sigaction(SIGUSR2, &action, &previous), 0);
+  ASSERT_EQ(::raise(SIGUSR2), 0);
+  ::sigaction(SIGUSR2, &previous, nullptr);
+  EXPECT_TRUE(seen_in_handler);
 }
 
 std::uintptr_t exit_caller_marker = 0;

@@ -191,12 +191,21 @@ void configure_from_environment() noexcept {
   general_allocator::global().configure(options);
 }
 
+// The process whose end the end-of-process reports describe: the one that started, or the child of a
+// fork() (set by after_fork_in_child). A vfork() child (no fork handlers run) differs from it.
+std::uint64_t reporting_process = 0;
+// The reports at the end run once per process, whichever way it ends (exit() or _exit(), from
+// any thread).
+std::atomic<bool> ended{false};
+
 // Fork: take every allocator lock before the fork so that the child starts with consistent,
 // unlocked state even when other threads were inside malloc at that moment.
 void before_fork() noexcept { general_allocator::global().prepare_fork(); }
 void after_fork_in_parent() noexcept { general_allocator::global().after_fork_parent(); }
 void after_fork_in_child() noexcept {
   general_allocator::global().after_fork_child();
+  reporting_process = os::process_id();
+  ended.store(false, std::memory_order_relaxed);
   // A report file per process: the child's own, under the number the parent's had (which the
   // allocator's options hold too). Where it cannot be opened, the child goes on with the parent's.
   if (report_path_per_process) {
@@ -217,10 +226,10 @@ void after_fork_in_child() noexcept {
            "from %zu place%s", left_out.reports, left_out.places, left_out.places == 1 ? "" : "s");
 }
 
-// Runs when the process exits (or the library is unloaded), after the program's own destructors:
-// the statistics and leak reports see the final state.
-__attribute__((destructor)) void report_at_exit() noexcept {
-  if (started.load(std::memory_order_acquire) == nullptr) return;
+// The end-of-process reports: statistics, leaks, how many error reports were left out as repeats.
+// Not inlined into its callers, so that the frames the leak scan reads above its own are theirs.
+[[gnu::noinline]] void report_at_end() noexcept {
+  if (started.load(std::memory_order_acquire) == nullptr || ended.exchange(true, std::memory_order_acq_rel)) return;
   if (chosen.statistics) general_allocator::global().print_statistics(chosen.report_fd);
   if (chosen.debug && chosen.leaks) {
     // The pool libstdc++ allocates at start-up and keeps for the whole run is not a leak of the
@@ -229,6 +238,22 @@ __attribute__((destructor)) void report_at_exit() noexcept {
     general_allocator::global().report_leaks(chosen.report_fd);
   }
   report_repeated_errors();
+}
+
+// Runs when the process exits (or the library is unloaded), after the program's own destructors:
+// the statistics and leak reports see the final state.
+__attribute__((destructor)) void report_at_exit() noexcept { report_at_end(); }
+
+// The reports of a process that ends through _exit or _Exit, which run no exit handler. Not in a
+// vfork() child: it runs in its parent's memory, which the parent's own reports describe (its
+// process id is its own, and no fork handler set reporting_process to it). Not from a signal
+// handler either, where _exit is the one way out that POSIX allows: the signal may have stopped
+// this thread inside malloc or the loader, holding a lock the reports take.
+[[gnu::noinline]] void report_before_immediate_exit() noexcept {
+  if (started.load(std::memory_order_acquire) == nullptr || os::process_id() != reporting_process) return;
+  if (!chosen.statistics && !chosen.debug && diagnostics::repeated_misuse_reports().reports == 0) return;
+  if (os::symbols::in_signal_handler()) return;
+  report_at_end();
 }
 
 // An executable that defines malloc itself (one linked with its own allocator: Rust's official
@@ -261,6 +286,7 @@ general_allocator& start() noexcept {
   if (phase.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     starting_on_this_thread = true;
     configure_from_environment();
+    reporting_process = os::process_id();
     started.store(&allocator, std::memory_order_release);
     phase.store(2, std::memory_order_release);
     // Registering fork handlers may allocate; by now that allocation is served normally.
@@ -282,4 +308,16 @@ MEMKIT_MALLOC_EXPORT void memkit_malloc_print_statistics(int fd) noexcept {
 }
 MEMKIT_MALLOC_EXPORT void memkit_malloc_report_leaks(int fd) noexcept {
   memkit::malloc_runtime::heap().report_leaks(fd);
+}
+
+// _exit and _Exit: the end-of-process reports first, as valgrind makes them however a process
+// ends (a forked child that leaves through _exit, rsync's third process), then the C library's
+// _exit. glibc's exit() reaches its own _exit directly, not these, after report_at_exit ran.
+MEMKIT_MALLOC_EXPORT void _exit(int status) {
+  memkit::malloc_runtime::report_before_immediate_exit();
+  memkit::os::end_process(status);
+}
+MEMKIT_MALLOC_EXPORT void _Exit(int status) noexcept {
+  memkit::malloc_runtime::report_before_immediate_exit();
+  memkit::os::end_process(status);
 }

@@ -129,6 +129,11 @@ status move_descriptor(int from, int to) noexcept;
 // The calling process's id.
 std::uint64_t process_id() noexcept;
 
+// Ends the process at once with `status`, as _exit does: no exit handlers, no destructors, no
+// flushing. The C library's own _exit (the next definition after the caller's module on ELF
+// systems, so that a drop-in that defines _exit itself reaches the real one), or the system call.
+[[noreturn]] void end_process(int status) noexcept;
+
 // True when the process runs with privileges its user does not have (setuid or setgid: the
 // kernel's AT_SECURE on Linux, issetugid elsewhere). Such a process must not let the user choose
 // where it writes files, so it ignores memkit's environment variables.

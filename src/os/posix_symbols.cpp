@@ -120,7 +120,8 @@ struct exit_walk {
   frame frames[max_frames];
   std::size_t count = 0;
   std::uintptr_t caller_sp = 0;  // exit()'s caller's: where exit()'s frame ends
-  bool exit_found = false;  // the last frame walked is exit()'s: the next is its caller
+  bool exit_found = false;  // the last frame walked is exit()'s, _exit()'s or _Exit()'s: the next is its caller
+  bool immediate = false;   // _exit() or _Exit(): the process ends without running anything
   bool complete = false;    // the caller's registers are read
   exit_path* out;
 };
@@ -145,8 +146,20 @@ _Unwind_Reason_Code on_exit_path_frame(struct _Unwind_Context* context, void* ar
   Dl_info info;
   if (::dladdr(reinterpret_cast<void*>(ip - 1), &info) == 0) return _URC_END_OF_STACK;
   walk->frames[walk->count++] = {sp, info.dli_fbase};
-  walk->exit_found = info.dli_sname != nullptr && std::strcmp(info.dli_sname, "exit") == 0;
+  if (info.dli_sname != nullptr) {
+    walk->immediate = std::strcmp(info.dli_sname, "_exit") == 0 || std::strcmp(info.dli_sname, "_Exit") == 0;
+    walk->exit_found = walk->immediate || std::strcmp(info.dli_sname, "exit") == 0;
+  }
   return _URC_NO_REASON;
+}
+
+// in_signal_handler()'s walk: stops at the first frame the unwinder knows as a signal frame.
+_Unwind_Reason_Code on_frame_looking_for_a_signal(struct _Unwind_Context* context, void* argument) {
+  int before_instruction = 0;
+  if (_Unwind_GetIPInfo(context, &before_instruction) == 0) return _URC_END_OF_STACK;
+  if (before_instruction == 0) return _URC_NO_REASON;
+  *static_cast<bool*>(argument) = true;
+  return _URC_END_OF_STACK;
 }
 
 int find_own_code(dl_phdr_info* info, std::size_t, void* argument) {
@@ -673,7 +686,9 @@ const void* default_definition(const char* name, const char** object) noexcept {
 
 // Walks the stack with the compiler's unwinder, which reads the registers each frame saved
 // (libunwind's fast walk gives return addresses only). exit() is known by its exported name, not
-// its address: a non-PIE executable's address of exit is its PLT entry.
+// its address: a non-PIE executable's address of exit is its PLT entry. So are _exit() and
+// _Exit(), which a report reaches only through a definition that reports before it ends the
+// process (the drop-in's): every frame below their caller is that definition's.
 bool find_exit_path(exit_path& out) noexcept {
   out = exit_path{};
   if constexpr (caller_kept_registers[0] < 0) {
@@ -686,6 +701,10 @@ bool find_exit_path(exit_path& out) noexcept {
     if (!walk.complete) {
       out = exit_path{};
       return false;
+    }
+    if (walk.immediate) {  // nothing of the program's runs below _exit: all of it
+      out.frames[out.frame_count++] = {walk.frames[0].sp, walk.caller_sp};
+      return true;
     }
     const void* libc = walk.frames[walk.count - 1].object;
     const auto* loader = reinterpret_cast<const void*>(::getauxval(AT_BASE));
@@ -700,6 +719,15 @@ bool find_exit_path(exit_path& out) noexcept {
     }
     return true;
   }
+}
+
+// The kernel's signal trampoline's frame is described as a signal frame (the C library's unwind
+// tables for it, or the unwinder's own knowledge of it): the unwinder then says its return address
+// is the interrupted instruction itself, not a return address past a call.
+bool in_signal_handler() noexcept {
+  bool found = false;
+  _Unwind_Backtrace(on_frame_looking_for_a_signal, &found);
+  return found;
 }
 
 bool on_fork_in_child(void (*handler)()) noexcept { return ::pthread_atfork(nullptr, nullptr, handler) == 0; }

@@ -64,9 +64,10 @@ const void* default_definition(const char* name, const char** object) noexcept;
 // program's, only stale words of the frames the program left (main's callees' among them, once
 // main has returned). `caller_registers`: the callee-saved registers of exit()'s caller at its call,
 // which those frames may have saved and reused. The other frames (handlers, destructors) are not
-// listed: they belong to the program. False, with nothing listed, where exit() is not on the stack,
-// the frames cannot be walked or named, or this platform does not say which registers the caller
-// keeps.
+// listed: they belong to the program. Below _exit() or _Exit() (a definition of them that reports
+// before it ends the process), every frame from the caller's up to theirs is listed. False, with
+// nothing listed, where none of them is on the stack, the frames cannot be walked or named, or this
+// platform does not say which registers the caller keeps.
 struct exit_path {
   static constexpr std::size_t max_frames = 32;
   code_range frames[max_frames];
@@ -75,6 +76,11 @@ struct exit_path {
   std::size_t register_count = 0;
 };
 bool find_exit_path(exit_path& out) noexcept;
+
+// True when the calling thread runs in a signal handler (a signal frame is on its stack): what
+// it interrupted may be anything, the allocator or the dynamic loader holding a lock included.
+// False where this cannot be told.
+bool in_signal_handler() noexcept;
 
 // Runs `handler` in the child after a fork() (POSIX), once per process; false when it cannot be
 // installed. Where processes do not fork, does nothing and returns true.

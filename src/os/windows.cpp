@@ -366,6 +366,7 @@ const char* error_message(int error) noexcept {
 
 #include <fcntl.h>
 #include <io.h>
+#include <stdlib.h>
 
 #include <array>
 #include <atomic>
@@ -549,6 +550,8 @@ status move_descriptor(int from, int to) noexcept {
 }
 
 std::uint64_t process_id() noexcept { return ::GetCurrentProcessId(); }
+
+void end_process(int status) noexcept { ::_exit(status); }
 
 // Windows has no setuid: a process's environment is its own user's.
 bool process_is_privileged() noexcept { return false; }

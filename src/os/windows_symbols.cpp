@@ -92,6 +92,8 @@ bool find_exit_path(exit_path& out) noexcept {
   return false;
 }
 
+bool in_signal_handler() noexcept { return false; }
+
 bool on_fork_in_child(void (*)()) noexcept { return true; }
 
 void write_all(int fd, const char* text, std::size_t length) noexcept {

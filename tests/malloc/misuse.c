@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -167,6 +168,8 @@ __attribute__((noinline)) static void exit_over_stale_copies(void) {
   exit(0);
 }
 
+static void exit_from_handler(int signal_number) { _exit(signal_number == SIGUSR1 ? 0 : 4); }
+
 /* An atexit handler that asks for a report while it holds a block in its own frame. */
 static void report_holding_a_local(void) {
   void* volatile local = malloc(8642);
@@ -176,11 +179,17 @@ static void report_holding_a_local(void) {
 }
 
 #if defined(__x86_64__)
-/* Calls exit() with a block's only address in rbx, a register exit()'s frames save and reuse. */
-__attribute__((noinline)) static void exit_with_a_register_root(void) {
+/* Calls exit() (or _exit(), `immediate`) with a block's only address in rbx, a register the frames
+   below save and reuse. */
+__attribute__((noinline)) static void exit_with_a_register_root(int immediate) {
   register unsigned long held __asm__("rbx") = (unsigned long)malloc(1357) ^ HIDE_KEY;
   __asm__ volatile("" : "+r"(held));
   scrub_stack(); /* malloc's dead frames: no copy of the address below this frame */
+  if (immediate)
+    __asm__ volatile("movabs %1, %%rax\n xor %%rax, %0\n xor %%edi, %%edi\n call _exit@PLT"
+                     : "+r"(held)
+                     : "i"(HIDE_KEY)
+                     : "rax", "rdi", "memory");
   __asm__ volatile("movabs %1, %%rax\n xor %%rax, %0\n xor %%edi, %%edi\n call exit@PLT"
                    : "+r"(held)
                    : "i"(HIDE_KEY)
@@ -486,13 +495,42 @@ int main(int argc, char** argv) {
   if (strcmp(what, "exit-stale") == 0) exit_over_stale_copies();
   /* A report on demand from an atexit handler, below exit(): the handler's frame is a root. */
   if (strcmp(what, "exit-handler") == 0) return atexit(report_holding_a_local) == 0 ? 0 : 3;
-  /* exit() called with a block's only address in a callee-saved register (memcheck: reachable). */
-  if (strcmp(what, "exit-register") == 0) {
+  /* exit() or _exit() called with a block's only address in a callee-saved register (memcheck:
+     reachable). */
+  if (strcmp(what, "exit-register") == 0 || strcmp(what, "immediate-exit-register") == 0) {
 #if defined(__x86_64__)
-    exit_with_a_register_root();
+    exit_with_a_register_root(what[0] == 'i');
 #else
     return 77; /* the case needs x86-64's registers */
 #endif
+  }
+  /* _exit from a signal handler (the way out POSIX allows there), with a block lost: no report,
+     since the handler may have interrupted malloc itself. */
+  if (strcmp(what, "immediate-exit-in-handler") == 0) {
+    launder(malloc(5656));
+    slot = NULL;
+    signal(SIGUSR1, exit_from_handler);
+    raise(SIGUSR1);
+    return 3;
+  }
+  /* A process that leaves through _exit (no exit handler runs) with a block lost: `argv[2]` says
+     who leaves so: "self", a fork() child (after losing a block of its own) or a vfork() child
+     (which shares the parent's memory; the parent then returns from main). */
+  if (strcmp(what, "immediate-exit") == 0 && argc > 2) {
+    launder(malloc(1212));
+    slot = NULL;
+    if (strcmp(argv[2], "self") == 0) _exit(0);
+    const pid_t child = strcmp(argv[2], "fork") == 0 ? fork() : vfork();
+    if (child == 0) {
+      if (argv[2][0] == 'f') {
+        launder(malloc(3434));
+        slot = NULL;
+      }
+      _exit(0);
+    }
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return 3;
+    return WEXITSTATUS(status);
   }
   /* The exit-time leak report while another thread allocates and frees: main returns after
      `argv[2]` microseconds (20,000 by default) of it. */
