@@ -1661,11 +1661,12 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const gpa::calli
   const auto threads = os::process::thread_count();
   const bool alone = threads && threads.value() == 1;
   os::process::stopped_threads others;
-  bool stopped = false;
+  os::status stop;
   if (!alone) {
     lock_guard guard(lock);
-    stopped = static_cast<bool>(others.stop());
+    stop = others.stop();
   }
+  const bool stopped = !alone && stop;
   leak_scanner scanner(this);
   if (!scanner.prepare()) {
     report_writer(fd, self->options_.format)
@@ -1683,6 +1684,13 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const gpa::calli
   for (std::size_t i = 0; i < scanner.overflowed_count(); ++i) report_live_overflow(scanner.overflowed()[i]);
   if (scanner.checked_canaries()) check_live_guards();
   const std::size_t lost = scanner.write(fd, summary);
+  if (lost != 0 && !alone && !stopped) {
+    report_writer(fd, self->options_.format)
+        .note("warning",
+              "leak report: the other threads could not be stopped (%s), so their registers were not read: a "
+              "block only a register of theirs held is counted lost above",
+              os::error_message(stop.error()));
+  }
   summary.root_bytes = scanner.root_bytes();
   summary.scan_cpu_ns = scanned - start;
   summary.writing_cpu_ns = os::thread_cpu_ns() - scanned;
