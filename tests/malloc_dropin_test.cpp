@@ -461,6 +461,15 @@ TEST(malloc_preload_debug, underscore_exit_from_a_signal_handler_makes_no_report
   EXPECT_FALSE(contains(out.output, "memkit:")) << out.output;
 }
 
+// The children of a process whose other threads allocate and free end cleanly: blocks those
+// threads were handing out when it forked (their canaries not written yet, and never written in
+// the child) are not reported as overflowed. (Before, about 1 child in 25 aborted so.)
+TEST(malloc_preload_debug, children_forked_while_other_threads_allocate_end_cleanly) {
+  auto out = run({misuse, "fork-while-allocating"}, {preload, "MEMKIT_DEBUG=1"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_FALSE(contains(out.output, "overflow")) << out.output;
+}
+
 // A fork() child that leaves through _exit makes its own report (its block and its parent's, as
 // valgrind reports them); a vfork() child, which runs in its parent's memory, makes none.
 TEST(malloc_preload_debug, forked_children_leaving_through_underscore_exit_are_reported_vforked_ones_are_not) {

@@ -419,6 +419,7 @@ void general_allocator::after_fork_child() noexcept {
   heap* mine = attached_heap(im);
   for (heap* h = im->heaps.load(std::memory_order_acquire); h != nullptr; h = h->next_registered) {
     if (h == mine) continue;
+    if (h->thread_id.load(std::memory_order_relaxed) != 0) im->forked_mid_operation = true;
     h->thread_id.store(0, std::memory_order_relaxed);
     for (segment* s = h->segments; s != nullptr; s = s->next) s->thread_id.store(0, std::memory_order_relaxed);
   }

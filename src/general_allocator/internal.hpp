@@ -467,6 +467,10 @@ struct general_allocator::impl {
   static constexpr std::size_t exited_thread_slots = 256;
   std::uintptr_t exited_threads[exited_thread_slots] = {};
   std::size_t exited_thread_count = 0;            // ever recorded
+  // A fork() child whose parent had other threads using this instance: they may have been in the
+  // middle of an allocation or a free when it forked (a block handed out, its canary not written
+  // yet), and here they never finish it, so the leak report does not check live blocks' canaries.
+  bool forked_mid_operation = false;
   // Debug mode's quarantine (debug.cpp): a ring of freed blocks not yet reusable, mapped on first
   // use. Guarded by `lock` like the caches.
   void** quarantine = nullptr;

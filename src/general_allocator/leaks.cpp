@@ -1345,7 +1345,9 @@ void leak_scanner::mark_reachable(const calling_thread_roots& caller, bool alone
             [](const address_range& a, const address_range& b) { return a.begin < b.begin; });
   stack_low_ = caller.stack_low;
   threads_known_ = alone || others_ != nullptr;
-  canary_check_bytes_ = alone ? std::min<std::size_t>(im_->self->current_options().canary_bytes, 16) : 0;
+  canary_check_bytes_ = alone && !im_->forked_mid_operation
+                            ? std::min<std::size_t>(im_->self->current_options().canary_bytes, 16)
+                            : 0;
   // (Under AddressSanitizer the roots hold bytes it poisoned, the redzones of globals and frames,
   // which a read in place would report: copied there.)
   single_threaded_ = !MEMKIT_HAS_ASAN && threads_known_;

@@ -248,11 +248,12 @@ __attribute__((destructor)) void report_at_exit() noexcept { report_at_end(); }
 // vfork() child: it runs in its parent's memory, which the parent's own reports describe (its
 // process id is its own, and no fork handler set reporting_process to it). Not from a signal
 // handler either, where _exit is the one way out that POSIX allows: the signal may have stopped
-// this thread inside malloc or the loader, holding a lock the reports take.
+// this thread inside malloc or the loader, holding a lock the reports take (nor where a frame
+// without unwind tables keeps the walk from telling).
 [[gnu::noinline]] void report_before_immediate_exit() noexcept {
   if (started.load(std::memory_order_acquire) == nullptr || os::process_id() != reporting_process) return;
   if (!chosen.statistics && !chosen.debug && diagnostics::repeated_misuse_reports().reports == 0) return;
-  if (os::symbols::in_signal_handler()) return;
+  if (os::symbols::may_be_in_signal_handler()) return;
   report_at_end();
 }
 

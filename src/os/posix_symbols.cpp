@@ -153,13 +153,27 @@ _Unwind_Reason_Code on_exit_path_frame(struct _Unwind_Context* context, void* ar
   return _URC_NO_REASON;
 }
 
-// in_signal_handler()'s walk: stops at the first frame the unwinder knows as a signal frame.
+// may_be_in_signal_handler()'s walk: stops at the first frame the unwinder knows as a signal
+// frame; otherwise keeps the modules of the last two frames it reached.
+struct signal_walk {
+  bool signal_frame = false;
+  const void* last = nullptr;         // the module of the last frame walked
+  const void* before_last = nullptr;  // and of the one before it
+};
+
 _Unwind_Reason_Code on_frame_looking_for_a_signal(struct _Unwind_Context* context, void* argument) {
+  auto* walk = static_cast<signal_walk*>(argument);
   int before_instruction = 0;
-  if (_Unwind_GetIPInfo(context, &before_instruction) == 0) return _URC_END_OF_STACK;
-  if (before_instruction == 0) return _URC_NO_REASON;
-  *static_cast<bool*>(argument) = true;
-  return _URC_END_OF_STACK;
+  const std::uintptr_t ip = _Unwind_GetIPInfo(context, &before_instruction);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (before_instruction != 0) {
+    walk->signal_frame = true;
+    return _URC_END_OF_STACK;
+  }
+  Dl_info info;
+  walk->before_last = walk->last;
+  walk->last = ::dladdr(reinterpret_cast<void*>(ip - 1), &info) != 0 ? info.dli_fbase : nullptr;
+  return _URC_NO_REASON;
 }
 
 int find_own_code(dl_phdr_info* info, std::size_t, void* argument) {
@@ -723,11 +737,18 @@ bool find_exit_path(exit_path& out) noexcept {
 
 // The kernel's signal trampoline's frame is described as a signal frame (the C library's unwind
 // tables for it, or the unwinder's own knowledge of it): the unwinder then says its return address
-// is the interrupted instruction itself, not a return address past a call.
-bool in_signal_handler() noexcept {
-  bool found = false;
-  _Unwind_Backtrace(on_frame_looking_for_a_signal, &found);
-  return found;
+// is the interrupted instruction itself, not a return address past a call. A walk that reaches the
+// first frames of a thread ends in the C library (the main thread's __libc_start_main, then the
+// executable's _start; another thread's start_thread and clone): one that ends anywhere else
+// stopped at a frame without unwind tables, above which a handler may lie. The C library is the
+// module of the _exit after the caller's (the drop-in defines its own).
+bool may_be_in_signal_handler() noexcept {
+  signal_walk walk;
+  _Unwind_Backtrace(on_frame_looking_for_a_signal, &walk);
+  if (walk.signal_frame) return true;
+  Dl_info info;
+  const void* c_library = ::dladdr(::dlsym(RTLD_NEXT, "_exit"), &info) != 0 ? info.dli_fbase : nullptr;
+  return c_library == nullptr || (walk.last != c_library && walk.before_last != c_library);
 }
 
 bool on_fork_in_child(void (*handler)()) noexcept { return ::pthread_atfork(nullptr, nullptr, handler) == 0; }

@@ -77,10 +77,12 @@ struct exit_path {
 };
 bool find_exit_path(exit_path& out) noexcept;
 
-// True when the calling thread runs in a signal handler (a signal frame is on its stack): what
-// it interrupted may be anything, the allocator or the dynamic loader holding a lock included.
-// False where this cannot be told.
-bool in_signal_handler() noexcept;
+// False when the calling thread surely does not run in a signal handler: its stack, walked to the
+// C library's first frames of a thread (where the walk cannot reach them, code without unwind
+// tables is on the stack and may hide a handler), holds no signal frame. In a handler, what the
+// signal interrupted may be anything, the allocator or the dynamic loader holding a lock
+// included. Where this cannot be told at all, false.
+bool may_be_in_signal_handler() noexcept;
 
 // Runs `handler` in the child after a fork() (POSIX), once per process; false when it cannot be
 // installed. Where processes do not fork, does nothing and returns true.

@@ -92,7 +92,7 @@ bool find_exit_path(exit_path& out) noexcept {
   return false;
 }
 
-bool in_signal_handler() noexcept { return false; }
+bool may_be_in_signal_handler() noexcept { return false; }
 
 bool on_fork_in_child(void (*)()) noexcept { return true; }
 
