@@ -741,13 +741,14 @@ bool find_exit_path(exit_path& out) noexcept {
 // first frames of a thread ends in the C library (the main thread's __libc_start_main, then the
 // executable's _start; another thread's start_thread and clone): one that ends anywhere else
 // stopped at a frame without unwind tables, above which a handler may lie. The C library is the
-// module of the _exit after the caller's (the drop-in defines its own).
+// module that defines __libc_start_main (not _exit, which a preloaded drop-in defines too).
 bool may_be_in_signal_handler() noexcept {
   signal_walk walk;
   _Unwind_Backtrace(on_frame_looking_for_a_signal, &walk);
   if (walk.signal_frame) return true;
   Dl_info info;
-  const void* c_library = ::dladdr(::dlsym(RTLD_NEXT, "_exit"), &info) != 0 ? info.dli_fbase : nullptr;
+  const void* start = ::dlsym(RTLD_DEFAULT, "__libc_start_main");
+  const void* c_library = start != nullptr && ::dladdr(start, &info) != 0 ? info.dli_fbase : nullptr;
   return c_library == nullptr || (walk.last != c_library && walk.before_last != c_library);
 }
 
