@@ -6,6 +6,8 @@
 #include <io.h>
 #include "../src/os/windows_api.hpp"
 #else
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -960,25 +962,38 @@ void free_the_blocks_beside_faults(general_allocator& a, const roots_beside_faul
 
 #endif
 
-// How the report meets the roots: with no other thread; with one, which it stops; with one it
-// cannot stop (the process refuses ptrace), so the roots are copied out. (Under AddressSanitizer
-// they are copied in every case, and its leak check at the child's exit needs ptrace.)
-enum class other_thread { none, stopped, running };
+// How the report meets the roots: with no other thread; with one, which it stops (with ptrace,
+// or with a signal where the process refuses ptrace); with one it cannot stop (the process
+// refuses ptrace and the thread blocks every signal), so the roots are copied out. (Under
+// AddressSanitizer they are copied in every case, and its leak check at the child's exit needs
+// ptrace.)
+enum class other_thread { none, stopped, signalled, running };
 
 void report_with_roots_beside_faults(other_thread mode) {
-  if (mode == other_thread::running && !MEMKIT_HAS_ASAN && !memkit_refuse_tracing()) {
-    std::fprintf(stderr, "no seccomp filters here: the other thread is stopped, not copied around\n");
+  const bool refuse = mode == other_thread::running || mode == other_thread::signalled;
+  if (refuse && !MEMKIT_HAS_ASAN && !memkit_refuse_tracing()) {
+    std::fprintf(stderr, "no seccomp filters here: the other thread is stopped with ptrace\n");
   }
   general_allocator::leak_summary summary;
   const std::string text = capture_report(debug_options(), [&](general_allocator& a) {
     const roots_beside_faults r = keep_two_blocks_beside_pages_that_fault(a);
     leak_in_a_loop(a, 1);
     std::atomic<bool> stop{false};
+    std::atomic<bool> started{false};
     std::thread other;
     if (mode != other_thread::none) {
       other = std::thread([&] {
+#if !defined(_WIN32)
+        if (mode == other_thread::running) {
+          sigset_t all;
+          sigfillset(&all);
+          (void)pthread_sigmask(SIG_BLOCK, &all, nullptr);
+        }
+#endif
+        started = true;
         while (!stop) std::this_thread::yield();
       });
+      while (!started) std::this_thread::yield();
     }
     scrub_dead_frames();
     (void)a.report_leaks(a.current_options().report_fd, summary);
@@ -998,6 +1013,10 @@ TEST(general_allocator_debug, leak_report_reads_past_root_pages_that_would_fault
 
 TEST(general_allocator_debug, leak_report_reads_past_root_pages_that_would_fault_with_a_thread_stopped) {
   in_fresh_process([] { report_with_roots_beside_faults(other_thread::stopped); });
+}
+
+TEST(general_allocator_debug, leak_report_reads_past_root_pages_that_would_fault_with_a_thread_signalled) {
+  in_fresh_process([] { report_with_roots_beside_faults(other_thread::signalled); });
 }
 
 TEST(general_allocator_debug, leak_report_reads_past_root_pages_that_would_fault_copied) {

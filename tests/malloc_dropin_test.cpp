@@ -403,8 +403,28 @@ TEST(malloc_preload_debug, a_block_a_suspended_coroutine_stack_holds_is_reachabl
   EXPECT_TRUE(contains(out.output, "1 block, 3579 bytes, still reachable")) << out.output;
 }
 
-// Where the system refuses tracing (a seccomp filter), the report runs without stopping the
-// other threads, and still finds the main thread's lost block.
+// Where the system refuses tracing (a seccomp filter, a debugger or strace tracing the process),
+// the report stops the other threads with a signal: the same leaks as with ptrace, no warning,
+// and a block only a blocked thread's register holds is reachable.
+TEST(malloc_preload_debug, the_leak_report_stops_threads_with_a_signal_where_tracing_is_refused) {
+  auto out = misuse_with("thread-no-ptrace-signal", {"MEMKIT_DEBUG=1"});
+  if (out.exit_code == 77) GTEST_SKIP() << "no seccomp filters here";
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 1234 bytes, definitely lost")) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 1357 bytes, definitely lost")) << out.output;
+  EXPECT_FALSE(contains(out.output, "could not be stopped")) << out.output;
+}
+
+TEST(malloc_preload_debug, a_register_of_a_thread_stopped_by_a_signal_keeps_its_block_reachable) {
+  auto out = misuse_with("thread-register-no-ptrace", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  if (out.exit_code == 77) GTEST_SKIP() << "no seccomp filters here, or not x86-64";
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 2468 bytes, still reachable")) << out.output;
+  EXPECT_FALSE(contains(out.output, "2468 bytes, definitely lost")) << out.output;
+}
+
+// Where the other threads can be stopped neither way (no ptrace, and a thread blocks every
+// signal), the report runs while they run, and still finds the main thread's lost block.
 TEST(malloc_preload_debug, the_leak_report_works_where_threads_cannot_be_stopped) {
   auto out = misuse_with("thread-no-ptrace", {"MEMKIT_DEBUG=1"});
   if (out.exit_code == 77) GTEST_SKIP() << "no seccomp filters here";

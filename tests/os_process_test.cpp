@@ -374,19 +374,18 @@ bool refused(const memkit::os::status& status) {
 
 // While stopped, no other thread runs (its counter stands still), and each one's stack pointer
 // lies in its stack and its registers hold what it kept there; resumed, it runs on. The caller
-// is never among them.
-TEST(os_process, stopped_threads_stand_still_with_their_registers_known_until_resumed) {
+// is never among them. Returns stop()'s status; checks nothing more when it failed.
+memkit::os::status stop_and_check_standing_still() {
   counting_thread other;
   process::stopped_threads stopped;
   const auto status = stopped.stop();
-  if (refused(status)) GTEST_SKIP() << "the system refuses: " << memkit::os::error_message(status.error());
-  ASSERT_TRUE(status.ok()) << memkit::os::error_message(status.error());
+  if (!status.ok()) return status;
   const long at_stop = other.counter.load();
 #if !defined(_WIN32)
   sleep_ms(30);
 #endif
   EXPECT_EQ(other.counter.load(), at_stop) << "a stopped thread ran";
-  ASSERT_GE(stopped.count(), 1u);
+  EXPECT_GE(stopped.count(), 1u);
   bool found = false;
   for (std::size_t i = 0; i < stopped.count(); ++i) {
     const auto t = stopped.at(i);
@@ -409,6 +408,13 @@ TEST(os_process, stopped_threads_stand_still_with_their_registers_known_until_re
   EXPECT_EQ(stopped.count(), 0u);
   const long at_resume = other.counter.load();
   while (other.counter.load() == at_resume) std::this_thread::yield();  // hangs if it never runs again
+  return status;
+}
+
+TEST(os_process, stopped_threads_stand_still_with_their_registers_known_until_resumed) {
+  const auto status = stop_and_check_standing_still();
+  if (refused(status)) GTEST_SKIP() << "the system refuses: " << memkit::os::error_message(status.error());
+  EXPECT_TRUE(status.ok()) << memkit::os::error_message(status.error());
 }
 
 #if defined(__linux__)
@@ -477,32 +483,95 @@ TEST(os_process, an_exited_main_thread_does_not_keep_the_others_from_being_stopp
                                        "thread stopped";
 }
 
-// Where tracing is refused (here a seccomp filter makes ptrace fail with EPERM, as container
-// runtimes' filters can), stop() fails with the system's error and every thread runs on.
-TEST(os_process, stop_fails_and_stops_nothing_where_tracing_is_refused) {
-  if (MEMKIT_HAS_TSAN) GTEST_SKIP() << "stop() fails with ENOSYS under ThreadSanitizer, which cannot follow its task";
+// Runs `body` in a child process that refuses ptrace (a seccomp filter makes it fail with EPERM,
+// as container runtimes' filters can); the child's exit code, 77 where the system has no seccomp
+// filters, 1 when a gtest check of `body` failed.
+template <class Body>
+int in_child_refusing_tracing(Body body) {
   const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
+  if (child < 0) return -1;
   if (child == 0) {
-    if (!memkit_refuse_tracing()) ::_exit(10);
-    int code = 0;
+    if (!memkit_refuse_tracing()) ::_exit(77);
+    const int code = body();
+    ::_exit(::testing::Test::HasFailure() ? 1 : code);
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// Where tracing is refused, a signal stops the threads instead, with the same guarantees: they
+// stand still, their registers and stack pointers are known, and they run on when resumed.
+TEST(os_process, threads_are_stopped_by_a_signal_where_tracing_is_refused) {
+  if (MEMKIT_HAS_TSAN) GTEST_SKIP() << "stop() fails with ENOSYS under ThreadSanitizer";
+  const int code = in_child_refusing_tracing([] {
+    const auto status = stop_and_check_standing_still();
+    return status.ok() ? 0 : status.error() == EPERM ? 2 : 3;
+  });
+  if (code == 77) GTEST_SKIP() << "no seccomp filters here";
+  EXPECT_EQ(code, 0) << "1: a check failed; 2: EPERM (not stopped by the signal); 3: another error";
+}
+
+// The signal is one the program leaves alone: a real-time signal the program handles keeps its
+// handler and is not used, and the one used is back at its default action afterwards.
+TEST(os_process, the_stopping_signal_leaves_the_programs_own_signals_alone) {
+  if (MEMKIT_HAS_TSAN) GTEST_SKIP() << "stop() fails with ENOSYS under ThreadSanitizer";
+  const int code = in_child_refusing_tracing([] {
+    static std::atomic<int> handled{0};
+    struct sigaction own {};
+    own.sa_handler = [](int) { handled.fetch_add(1); };
+    if (::sigaction(SIGRTMAX, &own, nullptr) != 0) return 4;
     {
       counting_thread other;
       process::stopped_threads stopped;
       const auto status = stopped.stop();
-      if (status.ok()) code = 12;
-      else if (status.error() != EPERM) code = 13;
-      else if (stopped.count() != 0) code = 14;
-      const long before = other.counter.load();
-      while (code == 0 && other.counter.load() == before) std::this_thread::yield();
+      if (!status.ok()) return status.error() == EPERM ? 2 : 3;
+      stopped.resume();
     }
-    ::_exit(code);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  if (WEXITSTATUS(status) == 10) GTEST_SKIP() << "no seccomp filters here";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "12: stopped anyway; 13: another error; 14: threads left counted";
+    struct sigaction now {};
+    if (::sigaction(SIGRTMAX, nullptr, &now) != 0 || now.sa_handler != own.sa_handler) return 5;
+    for (int signal = SIGRTMAX - 1; signal > SIGRTMAX - 8; --signal) {
+      if (::sigaction(signal, nullptr, &now) != 0 || now.sa_handler != SIG_DFL) return 6;
+    }
+    return handled.load() == 0 ? 0 : 7;
+  });
+  if (code == 77) GTEST_SKIP() << "no seccomp filters here";
+  EXPECT_EQ(code, 0) << "2: EPERM; 3: another error; 5: the program's handler replaced; 6: a signal left "
+                        "changed; 7: the program's handler ran";
+}
+
+// Where tracing is refused and a thread blocks every signal, stop() fails with ptrace's error
+// (EPERM) and every thread runs on; the stop of the next report works again.
+TEST(os_process, stop_fails_and_stops_nothing_where_tracing_is_refused_and_signals_are_blocked) {
+  if (MEMKIT_HAS_TSAN) GTEST_SKIP() << "stop() fails with ENOSYS under ThreadSanitizer";
+  const int code = in_child_refusing_tracing([] {
+    std::atomic<bool> quit{false};
+    std::atomic<long> counter{0};
+    std::thread blocking([&] {
+      sigset_t all;
+      sigfillset(&all);
+      (void)::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+      while (!quit.load()) counter.fetch_add(1);
+    });
+    while (counter.load() == 0) std::this_thread::yield();
+    int result = 0;
+    {
+      process::stopped_threads stopped;
+      const auto status = stopped.stop();
+      if (status.ok()) result = 12;
+      else if (status.error() != EPERM) result = 13;
+      else if (stopped.count() != 0) result = 14;
+      const long before = counter.load();
+      while (result == 0 && counter.load() == before) std::this_thread::yield();
+    }
+    quit = true;
+    blocking.join();
+    if (result == 0 && !stop_and_check_standing_still().ok()) result = 15;
+    return result;
+  });
+  if (code == 77) GTEST_SKIP() << "no seccomp filters here";
+  EXPECT_EQ(code, 0) << "12: stopped anyway; 13: another error; 14: threads left counted; 15: the next stop "
+                        "failed";
 }
 #endif
 

@@ -22,6 +22,7 @@
 #include <sys/user.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <new>
 #endif
@@ -402,55 +403,59 @@ MEMKIT_OS_TRACER bool exited(int process_id, int tid) noexcept {
   return state != nullptr && state + 2 < text + got && (state[2] == 'Z' || state[2] == 'X');
 }
 
-// One pass over /proc/PID/task: seizes every thread not stopped yet. 1 when it found one, 0 when
-// none, else a negative error.
-MEMKIT_OS_TRACER long stop_new_threads(stop_state& st) noexcept {
+// Calls on_task(tid) for every thread of process `process_id` but `caller_tid`, listed from
+// /proc/PID/task, until it returns a negative error; returns that error, or 0.
+template <class OnTask>
+MEMKIT_OS_TRACER long for_each_task(int process_id, int caller_tid, OnTask on_task) noexcept {
   char path[64] = "/proc/";
-  const std::size_t n = append_number(path, 6, st.process_id);
+  const std::size_t n = append_number(path, 6, process_id);
   std::memcpy(path + n, "/task", 6);
   const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return fd;
-  long found = 0;
+  long error = 0;
   alignas(8) char buffer[4096];
-  for (;;) {
+  while (error >= 0) {
     const long got = raw(SYS_getdents64, fd, reinterpret_cast<long>(buffer), sizeof buffer);
     if (got <= 0) {
-      if (got < 0) found = got;
+      if (got < 0) error = got;
       break;
     }
-    for (long at = 0; at < got && found >= 0;) {
+    for (long at = 0; at < got && error >= 0;) {
       const auto* entry = reinterpret_cast<const dirent64_header*>(buffer + at);
       at += entry->length;
       int tid = 0;
       const char* c = entry->name;
       for (; *c >= '0' && *c <= '9'; ++c) tid = tid * 10 + (*c - '0');
-      if (*c != '\0' || tid == 0 || tid == st.caller_tid) continue;
-      bool known = false;
-      for (std::size_t i = 0; i < st.count && !known; ++i) known = st.slots()[i].tid == tid;
-      if (known) continue;
-      if (st.count == stop_capacity) {
-        found = -E2BIG;
-        break;
-      }
-      const long seized = raw(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0);
-      if (seized == -ESRCH || (seized == -EPERM && exited(st.process_id, tid))) continue;  // it exited
-      if (seized < 0) {
-        found = seized;
-        break;
-      }
-      stopped_slot& slot = st.slots()[st.count++];
-      slot.tid = tid;
-      slot.signal = 0;
-      found = 1;
-      long stopped = raw(SYS_ptrace, PTRACE_INTERRUPT, tid, 0, 0);
-      if (stopped == 0) stopped = wait_for_stop(slot);
-      if (stopped == 0 || stopped == -ESRCH) --st.count;  // gone, nothing to let go
-      else if (stopped < 0) found = stopped;
+      if (*c != '\0' || tid == 0 || tid == caller_tid) continue;
+      error = on_task(tid);
     }
-    if (found < 0) break;
   }
   (void)raw(SYS_close, fd);
-  return found;
+  return error < 0 ? error : 0;
+}
+
+// One pass over /proc/PID/task: seizes every thread not stopped yet. 1 when it found one, 0 when
+// none, else a negative error.
+MEMKIT_OS_TRACER long stop_new_threads(stop_state& st) noexcept {
+  long found = 0;
+  const long error = for_each_task(st.process_id, st.caller_tid, [&](int tid) MEMKIT_OS_TRACER -> long {
+    for (std::size_t i = 0; i < st.count; ++i) {
+      if (st.slots()[i].tid == tid) return 0;
+    }
+    if (st.count == stop_capacity) return -E2BIG;
+    const long seized = raw(SYS_ptrace, PTRACE_SEIZE, tid, 0, 0);
+    if (seized == -ESRCH || (seized == -EPERM && exited(st.process_id, tid))) return 0;  // it exited
+    if (seized < 0) return seized;
+    stopped_slot& slot = st.slots()[st.count++];
+    slot.tid = tid;
+    slot.signal = 0;
+    found = 1;
+    long stopped = raw(SYS_ptrace, PTRACE_INTERRUPT, tid, 0, 0);
+    if (stopped == 0) stopped = wait_for_stop(slot);
+    if (stopped == 0 || stopped == -ESRCH) --st.count;  // gone, nothing to let go
+    return stopped < 0 && stopped != -ESRCH ? stopped : 0;
+  });
+  return error < 0 ? error : found;
 }
 
 MEMKIT_OS_TRACER int tracer_main(void* argument) noexcept {
@@ -482,6 +487,122 @@ MEMKIT_OS_TRACER int tracer_main(void* argument) noexcept {
   return 0;
 }
 
+// ---- stopped_threads, where ptrace is refused: a signal handler holds each thread ---------------
+//
+// The caller installs hold_on_signal() for a real-time signal the program leaves at its default
+// action, lists /proc/PID/task and sends each other thread the signal (tgkill); each handler
+// finds its slot by its thread id, saves the registers the signal interrupted and waits on the
+// phase word until resume(); the caller waits until every thread listed has stopped (or exited),
+// and lists again until a pass finds no new thread. The state is static and its slots stay mapped
+// once mapped: a handler that runs late (its thread took the signal after a failed stop gave up)
+// finds the phase not "stopping" and returns at once, touching nothing else. `inside` counts the
+// handlers running: resume() waits for them to leave before it gives the signal back, and stop()
+// refuses (EBUSY) while one of an earlier stop has not left. Each handler makes raw system calls
+// only, so errno stays as it was.
+enum signal_phase : int { signal_idle, signal_stopping, signal_resuming };
+
+struct signal_slot {
+  std::atomic<int> tid;      // 0: the thread exited before it stopped
+  std::atomic<int> stopped;  // set by the thread's handler once `registers` hold its registers
+  std::uintptr_t stack_pointer;
+  std::uintptr_t registers[34];  // the general-purpose registers of the interrupted context
+};
+
+struct signal_stop_state {
+  std::atomic<int> phase;          // a futex word: the handlers wait while it reads signal_stopping
+  std::atomic<int> inside;         // handlers running; a futex word
+  std::atomic<int> stopped;        // threads stopped in the handler; a futex word
+  std::atomic<std::size_t> count;  // slots in use (each written before its thread is signalled)
+  std::atomic<bool> busy;          // a stop by signal holds the state
+  int process_id;
+  int signal;
+  struct sigaction previous;  // the program's action for `signal`, given back by resume()
+  signal_slot* slots;         // stop_capacity of them, mapped once
+  std::size_t slot_bytes;
+};
+signal_stop_state signal_stop{};
+
+MEMKIT_OS_TRACER void save_registers(signal_slot& slot, const void* context) noexcept {
+  const auto& machine = static_cast<const ucontext_t*>(context)->uc_mcontext;
+#if defined(__x86_64__)
+  static_assert(sizeof machine.gregs <= sizeof slot.registers);
+  std::memcpy(slot.registers, machine.gregs, sizeof machine.gregs);
+  slot.stack_pointer = static_cast<std::uintptr_t>(machine.gregs[REG_RSP]);
+#else
+  static_assert(sizeof machine.regs + 2 * sizeof(std::uintptr_t) <= sizeof slot.registers);
+  std::memcpy(slot.registers, machine.regs, sizeof machine.regs);
+  slot.registers[31] = static_cast<std::uintptr_t>(machine.sp);
+  slot.registers[32] = static_cast<std::uintptr_t>(machine.pc);
+  slot.stack_pointer = static_cast<std::uintptr_t>(machine.sp);
+#endif
+}
+
+MEMKIT_OS_TRACER void hold_on_signal(int, siginfo_t* info, void* context) noexcept {
+  signal_stop_state& st = signal_stop;
+  st.inside.fetch_add(1);
+  if (st.phase.load() == signal_stopping && info->si_code == SI_TKILL && info->si_pid == st.process_id) {
+    const int tid = static_cast<int>(raw(SYS_gettid));
+    const std::size_t count = st.count.load(std::memory_order_acquire);
+    for (std::size_t i = 0; i < count; ++i) {
+      signal_slot& slot = st.slots[i];
+      if (slot.tid.load(std::memory_order_relaxed) != tid || slot.stopped.load(std::memory_order_relaxed) != 0) continue;
+      save_registers(slot, context);
+      slot.stopped.store(1, std::memory_order_release);
+      st.stopped.fetch_add(1, std::memory_order_acq_rel);
+      futex_wake(st.stopped);
+      while (st.phase.load(std::memory_order_acquire) == signal_stopping) futex_wait(st.phase, signal_stopping, 0);
+      break;
+    }
+  }
+  st.inside.fetch_sub(1);
+  futex_wake(st.inside);
+}
+
+long monotonic_ns() noexcept {
+  timespec now{};
+  (void)::clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec * 1'000'000'000L + now.tv_nsec;
+}
+
+// Whether thread `tid` blocks `signal` now: the SigBlk mask of /proc/PID/task/TID/status.
+bool blocks_signal(int process_id, int tid, int signal) noexcept {
+  char path[64] = "/proc/";
+  std::size_t n = append_number(path, 6, process_id);
+  std::memcpy(path + n, "/task/", 6);
+  n = append_number(path, n + 6, tid);
+  std::memcpy(path + n, "/status", 8);
+  const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[4096];
+  const long got = raw(SYS_read, fd, reinterpret_cast<long>(text), sizeof text - 1);
+  (void)raw(SYS_close, fd);
+  if (got <= 0) return false;
+  text[got] = '\0';
+  const char* at = std::strstr(text, "\nSigBlk:");
+  if (at == nullptr) return false;
+  std::uint64_t mask = 0;
+  for (at += 8; *at == ' ' || *at == '\t'; ++at) {
+  }
+  for (;; ++at) {
+    const char c = *at;
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) break;
+    mask = mask << 4 | static_cast<std::uint64_t>(digit);
+  }
+  return signal <= 64 && ((mask >> (signal - 1)) & 1) != 0;
+}
+
+// The real-time signal to stop threads with: the highest of the top eight the program leaves at
+// its default action (a program that used it would have set a handler or ignored it), 0 if none.
+int free_realtime_signal(struct sigaction& previous) noexcept {
+  for (int signal = SIGRTMAX; signal > SIGRTMAX - 8 && signal >= SIGRTMIN; --signal) {
+    if (::sigaction(signal, nullptr, &previous) == 0 && (previous.sa_flags & SA_SIGINFO) == 0 &&
+        previous.sa_handler == SIG_DFL)
+      return signal;
+  }
+  return 0;
+}
+
 #endif  // MEMKIT_OS_NO_STOPPED_THREADS
 
 }  // namespace
@@ -492,6 +613,15 @@ status stopped_threads::stop() noexcept {
 #else
   resume();
   const int saved_errno = errno;
+  status stopped = stop_by_tracing();
+  if (!stopped && stopped.error() == EPERM && stop_by_signal()) stopped = {};
+  errno = saved_errno;
+  return stopped;
+#endif
+}
+
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+status stopped_threads::stop_by_tracing() noexcept {
   const std::size_t page = page_size();  // map()'s unit, which MEMKIT_PAGE_SIZE may make larger
   const std::size_t bytes =
       (sizeof(stop_state) + stop_capacity * sizeof(stopped_slot) + tracer_stack_bytes + page - 1) & ~(page - 1);
@@ -507,7 +637,6 @@ status stopped_threads::stop() noexcept {
   if (tracer < 0) {
     const int error = errno;
     (void)release(mapped.value(), bytes);
-    errno = saved_errno;
     return status::failure(error);
   }
   st->tracer_pid = tracer;
@@ -537,19 +666,151 @@ status stopped_threads::stop() noexcept {
       }
     }
     (void)release(mapped.value(), bytes);
-    errno = saved_errno;
     return status::failure(error);
   }
   state_ = st;
-  errno = saved_errno;
   return {};
-#endif
 }
+
+status stopped_threads::stop_by_signal() noexcept {
+  signal_stop_state& st = signal_stop;
+  if (st.busy.exchange(true, std::memory_order_acquire)) return status::failure(EBUSY);
+  const auto give_up = [](int error) {
+    signal_stop.busy.store(false, std::memory_order_release);
+    return status::failure(error);
+  };
+  if (st.inside.load() != 0) return give_up(EBUSY);  // a handler of an earlier stop still runs
+  if (st.slots == nullptr) {
+    const std::size_t page = page_size();
+    const std::size_t bytes = (stop_capacity * sizeof(signal_slot) + page - 1) & ~(page - 1);
+    auto mapped = map(bytes);
+    if (!mapped) return give_up(mapped.error());
+    st.slots = static_cast<signal_slot*>(mapped.value());
+    st.slot_bytes = bytes;
+  }
+  st.signal = free_realtime_signal(st.previous);
+  if (st.signal == 0) return give_up(EAGAIN);
+  st.process_id = static_cast<int>(::getpid());
+  const int caller_tid = static_cast<int>(::syscall(SYS_gettid));
+  st.count.store(0, std::memory_order_relaxed);
+  st.stopped.store(0, std::memory_order_relaxed);
+  st.phase.store(signal_stopping);
+  struct sigaction action {};
+  action.sa_sigaction = hold_on_signal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigfillset(&action.sa_mask);  // no handler of the program's runs in a held thread
+  if (::sigaction(st.signal, &action, nullptr) != 0) {
+    st.phase.store(signal_idle);
+    return give_up(errno);
+  }
+  state_ = &st;
+  by_signal_ = true;
+  // Sends the signal to every thread not signalled yet; then waits until each has stopped or
+  // exited. A thread that blocks the signal fails the stop once a short wait shows it still does
+  // (one that is starting blocks every signal for a few microseconds).
+  long error = 0;
+  for (int pass = 0; error == 0; ++pass) {
+    bool found = false;
+    error = for_each_task(st.process_id, caller_tid, [&](int tid) -> long {
+      const std::size_t count = st.count.load(std::memory_order_relaxed);
+      for (std::size_t i = 0; i < count; ++i) {
+        if (st.slots[i].tid.load(std::memory_order_relaxed) == tid) return 0;
+      }
+      if (exited(st.process_id, tid)) return 0;
+      if (count == stop_capacity) return -E2BIG;
+      signal_slot& slot = st.slots[count];
+      slot.tid.store(tid, std::memory_order_relaxed);
+      slot.stopped.store(0, std::memory_order_relaxed);
+      st.count.store(count + 1, std::memory_order_release);
+      found = true;
+      const long sent = raw(SYS_tgkill, st.process_id, tid, st.signal);
+      if (sent == -ESRCH) slot.tid.store(0, std::memory_order_relaxed);  // it exited
+      return sent == -ESRCH ? 0 : sent;
+    });
+    if (error != 0 || !found) break;
+    if (pass == 64) {
+      error = -EAGAIN;  // threads keep starting threads
+      break;
+    }
+    // Time waited, counted in steps of at most 50 ms: a debugger that holds the whole process
+    // (it stops at the signal, then the user continues) does not run the clock out.
+    long waited_ns = 0;
+    for (long last_ns = monotonic_ns();;) {
+      const long now_ns = monotonic_ns();
+      waited_ns += std::min(now_ns - last_ns, 50'000'000L);
+      last_ns = now_ns;
+      std::size_t waiting = 0;
+      const std::size_t count = st.count.load(std::memory_order_relaxed);
+      for (std::size_t i = 0; i < count; ++i) {
+        signal_slot& slot = st.slots[i];
+        const int tid = slot.tid.load(std::memory_order_relaxed);
+        if (tid == 0 || slot.stopped.load(std::memory_order_acquire) != 0) continue;
+        if (waited_ns >= 20'000'000 && exited(st.process_id, tid)) {
+          slot.tid.store(0, std::memory_order_relaxed);
+          continue;
+        }
+        if (waited_ns >= 20'000'000 && blocks_signal(st.process_id, tid, st.signal)) error = -EPERM;
+        ++waiting;
+      }
+      if (waiting == 0 || error != 0) break;
+      if (waited_ns >= per_thread_wait_ns) {
+        error = -ETIMEDOUT;
+        break;
+      }
+      const int stopped = st.stopped.load(std::memory_order_acquire);
+      futex_wait(st.stopped, stopped, 10'000'000);
+    }
+  }
+  if (error != 0) {
+    resume();
+    return status::failure(static_cast<int>(-error));
+  }
+  // The threads that exited leave no slot: count() and at() see the stopped ones only.
+  std::size_t kept = 0;
+  const std::size_t count = st.count.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < count; ++i) {
+    signal_slot& slot = st.slots[i];
+    if (slot.tid.load(std::memory_order_relaxed) == 0) continue;
+    if (kept != i) {
+      st.slots[kept].tid.store(slot.tid.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      st.slots[kept].stack_pointer = slot.stack_pointer;
+      std::memcpy(st.slots[kept].registers, slot.registers, sizeof slot.registers);
+    }
+    ++kept;
+  }
+  st.count.store(kept, std::memory_order_relaxed);
+  return {};
+}
+#endif
 
 void stopped_threads::resume() noexcept {
 #ifndef MEMKIT_OS_NO_STOPPED_THREADS
   if (state_ == nullptr) return;
   const int saved_errno = errno;
+  if (by_signal_) {
+    signal_stop_state& st = signal_stop;
+    st.phase.store(signal_resuming);
+    futex_wake(st.phase);
+    // The held threads leave their handlers; a thread a debugger holds there is not waited for
+    // past two seconds (its handler touches nothing of the state once the phase has changed).
+    for (long waited_ns = 0; waited_ns < per_thread_wait_ns; waited_ns += 10'000'000) {
+      const int inside = st.inside.load();
+      if (inside == 0) break;
+      futex_wait(st.inside, inside, 10'000'000);
+    }
+    // Ignoring the signal first drops any still pending (a thread that blocked it, or exited
+    // with it pending), which the program's default action would have turned into its death.
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    (void)::sigaction(st.signal, &ignore, nullptr);
+    (void)::sigaction(st.signal, &st.previous, nullptr);
+    st.phase.store(signal_idle);
+    st.busy.store(false, std::memory_order_release);
+    by_signal_ = false;
+    state_ = nullptr;
+    errno = saved_errno;
+    return;
+  }
   auto* st = static_cast<stop_state*>(state_);
   st->phase.store(resuming, std::memory_order_release);
   futex_wake(st->phase);
@@ -564,6 +825,7 @@ void stopped_threads::resume() noexcept {
 
 std::size_t stopped_threads::count() const noexcept {
 #ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (state_ != nullptr && by_signal_) return signal_stop.count.load(std::memory_order_relaxed);
   if (state_ != nullptr) return static_cast<const stop_state*>(state_)->count;
 #endif
   return 0;
@@ -571,6 +833,10 @@ std::size_t stopped_threads::count() const noexcept {
 
 stopped_threads::thread stopped_threads::at(std::size_t i) const noexcept {
 #ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (by_signal_) {
+    const signal_slot& slot = signal_stop.slots[i];
+    return {slot.stack_pointer, slot.registers, sizeof slot.registers};
+  }
   const stopped_slot& slot = static_cast<stop_state*>(state_)->slots()[i];
   return {stack_pointer_of(slot.registers), &slot.registers, sizeof slot.registers};
 #else
@@ -579,15 +845,21 @@ stopped_threads::thread stopped_threads::at(std::size_t i) const noexcept {
 #endif
 }
 
-std::uintptr_t stopped_threads::storage_begin() const noexcept { return reinterpret_cast<std::uintptr_t>(state_); }
+// The memory that holds the registers: the tracer's mapping, or the signal's slots.
+std::uintptr_t stopped_threads::storage_begin() const noexcept {
+#ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (state_ != nullptr && by_signal_) return reinterpret_cast<std::uintptr_t>(signal_stop.slots);
+#endif
+  return reinterpret_cast<std::uintptr_t>(state_);
+}
 
 std::uintptr_t stopped_threads::storage_end() const noexcept {
 #ifndef MEMKIT_OS_NO_STOPPED_THREADS
+  if (state_ != nullptr && by_signal_) return storage_begin() + signal_stop.slot_bytes;
   if (state_ != nullptr) return storage_begin() + static_cast<const stop_state*>(state_)->bytes;
 #endif
   return storage_begin();
 }
-
 #else
 
 // Elsewhere no portable way to list mappings: the leak scan then has no roots beyond its caller's.

@@ -66,11 +66,18 @@ result<std::size_t> thread_count() noexcept;
 // pointer its stack holds only dead frames). On Linux a tracer task stops the threads (ptrace,
 // as LeakSanitizer stops them), so that a thread stopped in a system call goes on with it
 // afterwards as if nothing happened: no EINTR, no handler of the program's run; every system call
-// of the tracer is a raw one. On Windows each thread is suspended (SuspendThread) and its context
-// read. stop() fails, and nothing stays stopped, where the system refuses (a seccomp filter,
-// Yama's ptrace scope, a debugger tracing the process already), where there is no way here
-// (ENOSYS: other systems, ThreadSanitizer), when a thread does not stop within two seconds
-// (ETIMEDOUT: one in an uninterruptible wait) or when threads keep starting threads. Nothing here
+// of the tracer is a raw one. Where the system refuses ptrace (EPERM: a seccomp filter, Yama's
+// ptrace scope, a debugger or strace tracing the process already), a signal stops them instead,
+// as garbage collectors stop threads: a real-time signal the program leaves at its default
+// action gets a handler for the while, each thread is sent it (tgkill), and the handler saves the
+// thread's registers and waits until resume(); afterwards the signal's action is the program's
+// again. Under a debugger each thread then shows that signal, and a system call the signal
+// interrupts and that the system does not restart (poll, epoll_wait, ...) returns EINTR. On
+// Windows each thread is suspended (SuspendThread) and its context read. stop() fails, and nothing
+// stays stopped, where the system refuses both ways (EPERM, the first way's error: a thread
+// blocks the signal, or no real-time signal is free), where there is no way here (ENOSYS: other
+// systems, ThreadSanitizer), when a thread does not stop within two seconds (ETIMEDOUT: one in an
+// uninterruptible wait, or held by a debugger) or when threads keep starting threads. Nothing here
 // calls malloc.
 class stopped_threads {
  public:
@@ -104,7 +111,11 @@ class stopped_threads {
   std::uintptr_t storage_end() const noexcept;
 
  private:
+  status stop_by_tracing() noexcept;
+  status stop_by_signal() noexcept;
+
   void* state_ = nullptr;
+  bool by_signal_ = false;  // state_ is the signal's (posix_process.cpp), not a tracer's
 };
 
 // One byte per page of [address, address + bytes) (address page-aligned): 1 when the page may

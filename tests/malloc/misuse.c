@@ -452,14 +452,38 @@ int main(int argc, char** argv) {
     (void)start_worker(lose_then_block, NULL);
     return 0;
   }
-  /* The same where the report cannot stop the other thread (no ptrace): the main thread's lost
-     block is still found. Exits 77 where the system has no seccomp filters. */
+  /* The same where the report cannot stop the other thread (no ptrace, and the thread blocks
+     every signal): the main thread's lost block is still found. Exits 77 where the system has no
+     seccomp filters. */
   if (strcmp(what, "thread-no-ptrace") == 0) {
+    if (!memkit_refuse_tracing()) return 77;
+    sigset_t all, kept;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &kept); /* the worker starts with this mask */
+    (void)start_worker(lose_then_block, NULL);
+    pthread_sigmask(SIG_SETMASK, &kept, NULL);
+    launder(malloc(1234));
+    slot = NULL;
+    return 0;
+  }
+  /* No ptrace, but the worker takes signals: the report stops it with one, so both lost blocks
+     are found, and a block only the worker's register holds is reachable. Exits 77 where the
+     system has no seccomp filters. */
+  if (strcmp(what, "thread-no-ptrace-signal") == 0) {
     if (!memkit_refuse_tracing()) return 77;
     (void)start_worker(lose_then_block, NULL);
     launder(malloc(1234));
     slot = NULL;
     return 0;
+  }
+  if (strcmp(what, "thread-register-no-ptrace") == 0) {
+#if defined(__x86_64__)
+    if (!memkit_refuse_tracing()) return 77;
+    (void)start_worker(hold_in_a_register_then_block, NULL);
+    return 0;
+#else
+    return 77; /* the case needs x86-64's registers */
+#endif
   }
   /* A thread running on a stack carved from a larger mapping, as coroutine libraries carve
      them, with a suspended coroutine's stack below it in the same mapping holding the only
