@@ -444,6 +444,17 @@ TEST(malloc_preload_debug, stale_copies_under_the_exit_path_do_not_hide_a_leak) 
   EXPECT_TRUE(contains(out.output, "1 block, 2468 bytes, definitely lost")) << out.output;
 }
 
+// quick_exit is reported too, after the program's at_quick_exit handlers, with the same view of
+// the C library's frames below it.
+TEST(malloc_preload_debug, a_process_that_leaves_through_quick_exit_is_reported) {
+  auto out = misuse_with("quick-exit-stale", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_EQ(count(out.output, "leak summary"), 1u) << out.output;
+  EXPECT_TRUE(contains(out.output, "1 block, 2468 bytes, definitely lost")) << out.output;
+  EXPECT_FALSE(contains(out.output, "3131 bytes")) << "reported before the program's handler freed it\n"
+                                                   << out.output;
+}
+
 // ...while the frames of the program's own code there (an atexit handler asking for a report) are.
 TEST(malloc_preload_debug, an_exit_handlers_frame_is_a_root) {
   auto out = misuse_with("exit-handler", {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
@@ -455,7 +466,7 @@ TEST(malloc_preload_debug, an_exit_handlers_frame_is_a_root) {
 // ...but the registers exit()'s (or _exit()'s) caller kept, which those frames save and reuse,
 // are: a block whose only address is in one of them at the call is reachable, as memcheck counts it.
 TEST(malloc_preload_debug, registers_kept_by_the_caller_of_exit_are_roots) {
-  for (const char* how : {"exit-register", "immediate-exit-register"}) {
+  for (const char* how : {"exit-register", "immediate-exit-register", "quick-exit-register"}) {
     auto out = misuse_with(how, {"MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
     if (out.exit_code == 77) GTEST_SKIP() << "the case needs x86-64's registers";
     ASSERT_EQ(out.exit_code, 0) << how << "\n" << out.output;

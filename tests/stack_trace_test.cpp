@@ -489,26 +489,33 @@ void check_exit_path() {
   ::_exit(0);
 }
 
-[[noreturn]] __attribute__((noinline)) void exit_holding_a_marker() {
+// Calls exit() (or quick_exit(), `quick`) with the marker in r12.
+[[noreturn]] __attribute__((noinline)) void exit_holding_a_marker(bool quick = false) {
 #if defined(__x86_64__)
   register std::uintptr_t held __asm__("r12") = exit_caller_marker;
   __asm__ volatile("" : "+r"(held));
+  if (quick) __asm__ volatile("xor %%edi, %%edi\n call quick_exit@PLT" : : "r"(held) : "rdi", "memory");
   __asm__ volatile("xor %%edi, %%edi\n call exit@PLT" : : "r"(held) : "rdi", "memory");
 #endif
+  if (quick) std::quick_exit(0);
   std::exit(0);
 }
 
 TEST(exit_path, below_exit_lists_the_c_librarys_frames_and_the_callers_registers) {
-  exit_caller_marker = 0x5a5a0000u + static_cast<std::uintptr_t>(::getpid());
-  const pid_t child = ::fork();
-  if (child == 0) {
-    std::atexit(check_exit_path);
-    exit_holding_a_marker();
+  for (const bool quick : {false, true}) {
+    exit_caller_marker = 0x5a5a0000u + static_cast<std::uintptr_t>(::getpid());
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (quick) std::at_quick_exit(check_exit_path);
+      else std::atexit(check_exit_path);
+      exit_holding_a_marker(quick);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << (quick ? "quick_exit" : "exit") << ": check " << WEXITSTATUS(status)
+                                      << " failed";
   }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "check " << WEXITSTATUS(status) << " failed";
 }
 
 }  // namespace

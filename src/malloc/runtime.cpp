@@ -257,6 +257,12 @@ __attribute__((destructor)) void report_at_exit() noexcept { report_at_end(); }
   report_at_end();
 }
 
+// The reports of a process that ends through quick_exit, which runs the at_quick_exit handlers
+// and then ends as _exit does. Registered when the drop-in starts, before the program can register
+// its own, so it runs after them (they run in reverse order). quick_exit may be called from a
+// signal handler: the same checks as before _exit.
+void report_at_quick_exit() noexcept { report_before_immediate_exit(); }
+
 // An executable that defines malloc itself (one linked with its own allocator: Rust's official
 // rustc carries jemalloc) keeps it: the loader looks in the executable before the preloaded
 // library, so none of the program's malloc calls reach memkit, and a debug run would end without a
@@ -290,8 +296,10 @@ general_allocator& start() noexcept {
     reporting_process = os::process_id();
     started.store(&allocator, std::memory_order_release);
     phase.store(2, std::memory_order_release);
-    // Registering fork handlers may allocate; by now that allocation is served normally.
+    // Registering fork and quick_exit handlers may allocate; by now that allocation is served
+    // normally.
     (void)os::at_fork(before_fork, after_fork_in_parent, after_fork_in_child);
+    (void)std::at_quick_exit(report_at_quick_exit);
     starting_on_this_thread = false;
     return allocator;
   }

@@ -120,7 +120,7 @@ struct exit_walk {
   frame frames[max_frames];
   std::size_t count = 0;
   std::uintptr_t caller_sp = 0;  // exit()'s caller's: where exit()'s frame ends
-  bool exit_found = false;  // the last frame walked is exit()'s, _exit()'s or _Exit()'s: the next is its caller
+  bool exit_found = false;  // the last frame walked is exit()'s, quick_exit()'s, _exit()'s or _Exit()'s: the next is its caller
   bool immediate = false;   // _exit() or _Exit(): the process ends without running anything
   bool complete = false;    // the caller's registers are read
   exit_path* out;
@@ -148,7 +148,8 @@ _Unwind_Reason_Code on_exit_path_frame(struct _Unwind_Context* context, void* ar
   walk->frames[walk->count++] = {sp, info.dli_fbase};
   if (info.dli_sname != nullptr) {
     walk->immediate = std::strcmp(info.dli_sname, "_exit") == 0 || std::strcmp(info.dli_sname, "_Exit") == 0;
-    walk->exit_found = walk->immediate || std::strcmp(info.dli_sname, "exit") == 0;
+    walk->exit_found = walk->immediate || std::strcmp(info.dli_sname, "exit") == 0 ||
+                       std::strcmp(info.dli_sname, "quick_exit") == 0;
   }
   return _URC_NO_REASON;
 }

@@ -58,8 +58,8 @@ bool resolve_exported(std::uintptr_t address, detail::resolved_frame& out, const
 // canonical PLT entry). Where modules do not interpose each other's symbols (Windows), null.
 const void* default_definition(const char* name, const char** object) noexcept;
 
-// The calling thread's frames below exit(), when it runs what exit() calls (an atexit handler, a
-// destructor). `frames`: the stack ranges of the C library's and the dynamic loader's frames among
+// The calling thread's frames below exit() (or quick_exit()), when it runs what exit() calls (an
+// atexit handler, a destructor). `frames`: the stack ranges of the C library's and the dynamic loader's frames among
 // them (exit's own, its handler loop, the loader's destructor loop), which hold nothing of the
 // program's, only stale words of the frames the program left (main's callees' among them, once
 // main has returned). `caller_registers`: the callee-saved registers of exit()'s caller at its call,

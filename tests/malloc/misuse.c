@@ -168,6 +168,16 @@ __attribute__((noinline)) static void exit_over_stale_copies(void) {
   exit(0);
 }
 
+__attribute__((noinline)) static void quick_exit_over_stale_copies(void) {
+  lose_leaving_stale_copies();
+  quick_exit(0);
+}
+
+static void free_the_slot(void) {
+  free(slot);
+  slot = NULL;
+}
+
 static void exit_from_handler(int signal_number) { _exit(signal_number == SIGUSR1 ? 0 : 4); }
 
 /* Allocates and frees blocks of many sizes until the process ends. */
@@ -193,14 +203,19 @@ static void report_holding_a_local(void) {
 }
 
 #if defined(__x86_64__)
-/* Calls exit() (or _exit(), `immediate`) with a block's only address in rbx, a register the frames
-   below save and reuse. */
-__attribute__((noinline)) static void exit_with_a_register_root(int immediate) {
+/* Calls exit() (or _exit(), or quick_exit(): `how` is the case's name) with a block's only address
+   in rbx, a register the frames below save and reuse. */
+__attribute__((noinline)) static void exit_with_a_register_root(const char* how) {
   register unsigned long held __asm__("rbx") = (unsigned long)malloc(1357) ^ HIDE_KEY;
   __asm__ volatile("" : "+r"(held));
   scrub_stack(); /* malloc's dead frames: no copy of the address below this frame */
-  if (immediate)
+  if (how[0] == 'i')
     __asm__ volatile("movabs %1, %%rax\n xor %%rax, %0\n xor %%edi, %%edi\n call _exit@PLT"
+                     : "+r"(held)
+                     : "i"(HIDE_KEY)
+                     : "rax", "rdi", "memory");
+  if (how[0] == 'q')
+    __asm__ volatile("movabs %1, %%rax\n xor %%rax, %0\n xor %%edi, %%edi\n call quick_exit@PLT"
                      : "+r"(held)
                      : "i"(HIDE_KEY)
                      : "rax", "rdi", "memory");
@@ -531,13 +546,21 @@ int main(int argc, char** argv) {
   /* A block lost in a returned frame whose slots still hold its address where exit()'s frames
      lie (memcheck: definitely lost, those slots not written since exit's frames were made). */
   if (strcmp(what, "exit-stale") == 0) exit_over_stale_copies();
+  /* quick_exit: reported after the program's at_quick_exit handlers (this one frees a block only
+     a global holds), with a block lost in a returned frame whose slots quick_exit's frames reuse. */
+  if (strcmp(what, "quick-exit-stale") == 0) {
+    slot = malloc(3131);
+    if (at_quick_exit(free_the_slot) != 0) return 3;
+    quick_exit_over_stale_copies();
+  }
   /* A report on demand from an atexit handler, below exit(): the handler's frame is a root. */
   if (strcmp(what, "exit-handler") == 0) return atexit(report_holding_a_local) == 0 ? 0 : 3;
-  /* exit() or _exit() called with a block's only address in a callee-saved register (memcheck:
-     reachable). */
-  if (strcmp(what, "exit-register") == 0 || strcmp(what, "immediate-exit-register") == 0) {
+  /* exit(), _exit() or quick_exit() called with a block's only address in a callee-saved register
+     (memcheck: reachable). */
+  if (strcmp(what, "exit-register") == 0 || strcmp(what, "immediate-exit-register") == 0 ||
+      strcmp(what, "quick-exit-register") == 0) {
 #if defined(__x86_64__)
-    exit_with_a_register_root(what[0] == 'i');
+    exit_with_a_register_root(what);
 #else
     return 77; /* the case needs x86-64's registers */
 #endif
