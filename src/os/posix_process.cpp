@@ -489,8 +489,8 @@ MEMKIT_OS_TRACER int tracer_main(void* argument) noexcept {
 
 // ---- stopped_threads, where ptrace is refused: a signal handler holds each thread ---------------
 //
-// The caller installs hold_on_signal() for a real-time signal the program leaves at its default
-// action, lists /proc/PID/task and sends each other thread the signal (tgkill); each handler
+// The caller installs hold_on_signal() for a signal the program leaves at its default action
+// (free_stop_signal()), lists /proc/PID/task and sends each other thread the signal (tgkill); each handler
 // finds its slot by its thread id, saves the registers the signal interrupted and waits on the
 // phase word until resume(); the caller waits until every thread listed has stopped (or exited),
 // and lists again until a pass finds no new thread. The state is static and its slots stay mapped
@@ -592,13 +592,21 @@ bool blocks_signal(int process_id, int tid, int signal) noexcept {
   return signal <= 64 && ((mask >> (signal - 1)) & 1) != 0;
 }
 
-// The real-time signal to stop threads with: the highest of the top eight the program leaves at
-// its default action (a program that used it would have set a handler or ignored it), 0 if none.
-int free_realtime_signal(struct sigaction& previous) noexcept {
+// The signal to stop threads with, one the program leaves at its default action (a program that
+// used it would have set a handler or ignored it): SIGURG or SIGWINCH, whose default is to be
+// ignored, so that one left pending after resume() harms nothing, and which debuggers pass on
+// without stopping (gdb's defaults); else the highest of the top eight real-time signals; 0 if
+// none is free.
+int free_stop_signal(struct sigaction& previous) noexcept {
+  const auto is_free = [&previous](int signal) {
+    return ::sigaction(signal, nullptr, &previous) == 0 && (previous.sa_flags & SA_SIGINFO) == 0 &&
+           previous.sa_handler == SIG_DFL;
+  };
+  for (const int signal : {SIGURG, SIGWINCH}) {
+    if (is_free(signal)) return signal;
+  }
   for (int signal = SIGRTMAX; signal > SIGRTMAX - 8 && signal >= SIGRTMIN; --signal) {
-    if (::sigaction(signal, nullptr, &previous) == 0 && (previous.sa_flags & SA_SIGINFO) == 0 &&
-        previous.sa_handler == SIG_DFL)
-      return signal;
+    if (is_free(signal)) return signal;
   }
   return 0;
 }
@@ -688,7 +696,7 @@ status stopped_threads::stop_by_signal() noexcept {
     st.slots = static_cast<signal_slot*>(mapped.value());
     st.slot_bytes = bytes;
   }
-  st.signal = free_realtime_signal(st.previous);
+  st.signal = free_stop_signal(st.previous);
   if (st.signal == 0) return give_up(EAGAIN);
   st.process_id = static_cast<int>(::getpid());
   const int caller_tid = static_cast<int>(::syscall(SYS_gettid));
@@ -799,7 +807,8 @@ void stopped_threads::resume() noexcept {
       futex_wait(st.inside, inside, 10'000'000);
     }
     // Ignoring the signal first drops any still pending (a thread that blocked it, or exited
-    // with it pending), which the program's default action would have turned into its death.
+    // with it pending), which a real-time signal's default action would turn into the process's
+    // death.
     struct sigaction ignore {};
     ignore.sa_handler = SIG_IGN;
     (void)::sigaction(st.signal, &ignore, nullptr);
