@@ -747,6 +747,9 @@ status stopped_threads::stop_by_signal() noexcept {
       const long now_ns = monotonic_ns();
       waited_ns += std::min(now_ns - last_ns, 50'000'000L);
       last_ns = now_ns;
+      // Read before the slots: a thread that stops after this changes the word, so the wait
+      // below returns at once instead of sleeping through its wake-up.
+      const int stopped = st.stopped.load(std::memory_order_acquire);
       std::size_t waiting = 0;
       const std::size_t count = st.count.load(std::memory_order_relaxed);
       for (std::size_t i = 0; i < count; ++i) {
@@ -765,7 +768,6 @@ status stopped_threads::stop_by_signal() noexcept {
         error = -ETIMEDOUT;
         break;
       }
-      const int stopped = st.stopped.load(std::memory_order_acquire);
       futex_wait(st.stopped, stopped, 10'000'000);
     }
   }
