@@ -489,10 +489,10 @@ MEMKIT_OS_TRACER int tracer_main(void* argument) noexcept {
 
 // ---- stopped_threads, where ptrace is refused: a signal handler holds each thread ---------------
 //
-// The caller installs hold_on_signal() for a signal the program leaves at its default action
-// (free_stop_signal()), lists /proc/PID/task and sends each other thread the signal (tgkill); each handler
-// finds its slot by its thread id, saves the registers the signal interrupted and waits on the
-// phase word until resume(); the caller waits until every thread listed has stopped (or exited),
+// The caller installs hold_on_signal() for a signal the program leaves at its default action and
+// no thread blocks (free_stop_signal()), lists /proc/PID/task and sends each other thread the
+// signal (tgkill); each handler finds its slot by its thread id, saves the registers the signal
+// interrupted and waits on the phase word until resume(); the caller waits until every thread listed has stopped (or exited),
 // and lists again until a pass finds no new thread. The state is static and its slots stay mapped
 // once mapped: a handler that runs late (its thread took the signal after a failed stop gave up)
 // finds the phase not "stopping" and returns at once, touching nothing else. `inside` counts the
@@ -564,22 +564,23 @@ long monotonic_ns() noexcept {
   return now.tv_sec * 1'000'000'000L + now.tv_nsec;
 }
 
-// Whether thread `tid` blocks `signal` now: the SigBlk mask of /proc/PID/task/TID/status.
-bool blocks_signal(int process_id, int tid, int signal) noexcept {
+// The signals thread `tid` blocks now (bit n - 1 for signal n): the SigBlk mask of
+// /proc/PID/task/TID/status; none when it cannot be read (the thread exited).
+std::uint64_t blocked_signals(int process_id, int tid) noexcept {
   char path[64] = "/proc/";
   std::size_t n = append_number(path, 6, process_id);
   std::memcpy(path + n, "/task/", 6);
   n = append_number(path, n + 6, tid);
   std::memcpy(path + n, "/status", 8);
   const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return 0;
   char text[4096];
   const long got = raw(SYS_read, fd, reinterpret_cast<long>(text), sizeof text - 1);
   (void)raw(SYS_close, fd);
-  if (got <= 0) return false;
+  if (got <= 0) return 0;
   text[got] = '\0';
   const char* at = std::strstr(text, "\nSigBlk:");
-  if (at == nullptr) return false;
+  if (at == nullptr) return 0;
   std::uint64_t mask = 0;
   for (at += 8; *at == ' ' || *at == '\t'; ++at) {
   }
@@ -589,18 +590,28 @@ bool blocks_signal(int process_id, int tid, int signal) noexcept {
     if (digit < 0) break;
     mask = mask << 4 | static_cast<std::uint64_t>(digit);
   }
-  return signal <= 64 && ((mask >> (signal - 1)) & 1) != 0;
+  return mask;
 }
 
-// The signal to stop threads with, one the program leaves at its default action (a program that
-// used it would have set a handler or ignored it): SIGURG or SIGWINCH, whose default is to be
-// ignored, so that one left pending after resume() harms nothing, and which debuggers pass on
-// without stopping (gdb's defaults); else the highest of the top eight real-time signals; 0 if
-// none is free.
-int free_stop_signal(struct sigaction& previous) noexcept {
-  const auto is_free = [&previous](int signal) {
-    return ::sigaction(signal, nullptr, &previous) == 0 && (previous.sa_flags & SA_SIGINFO) == 0 &&
-           previous.sa_handler == SIG_DFL;
+bool blocks_signal(int process_id, int tid, int signal) noexcept {
+  return signal <= 64 && ((blocked_signals(process_id, tid) >> (signal - 1)) & 1) != 0;
+}
+
+// The signal to stop threads with: one the program leaves at its default action (a program that
+// used it would have set a handler or ignored it) and no thread but the caller blocks (a thread
+// that blocks it would not stop, and might take it later from sigwait or a signalfd as the
+// program's). SIGURG or SIGWINCH, whose default is to be ignored, so that one left pending after
+// resume() harms nothing, and which debuggers pass on without stopping (gdb's defaults); else the
+// highest of the top eight real-time signals; 0 if none is free.
+int free_stop_signal(int process_id, int caller_tid, struct sigaction& previous) noexcept {
+  std::uint64_t blocked = 0;
+  (void)for_each_task(process_id, caller_tid, [&](int tid) -> long {
+    blocked |= blocked_signals(process_id, tid);
+    return 0;
+  });
+  const auto is_free = [&](int signal) {
+    return signal <= 64 && ((blocked >> (signal - 1)) & 1) == 0 && ::sigaction(signal, nullptr, &previous) == 0 &&
+           (previous.sa_flags & SA_SIGINFO) == 0 && previous.sa_handler == SIG_DFL;
   };
   for (const int signal : {SIGURG, SIGWINCH}) {
     if (is_free(signal)) return signal;
@@ -696,10 +707,10 @@ status stopped_threads::stop_by_signal() noexcept {
     st.slots = static_cast<signal_slot*>(mapped.value());
     st.slot_bytes = bytes;
   }
-  st.signal = free_stop_signal(st.previous);
-  if (st.signal == 0) return give_up(EAGAIN);
   st.process_id = static_cast<int>(::getpid());
   const int caller_tid = static_cast<int>(::syscall(SYS_gettid));
+  st.signal = free_stop_signal(st.process_id, caller_tid, st.previous);
+  if (st.signal == 0) return give_up(EPERM);
   st.count.store(0, std::memory_order_relaxed);
   st.stopped.store(0, std::memory_order_relaxed);
   st.phase.store(signal_stopping);

@@ -68,17 +68,17 @@ result<std::size_t> thread_count() noexcept;
 // afterwards as if nothing happened: no EINTR, no handler of the program's run; every system call
 // of the tracer is a raw one. Where the system refuses ptrace (EPERM: a seccomp filter, Yama's
 // ptrace scope, a debugger or strace tracing the process already), a signal stops them instead,
-// as garbage collectors stop threads: a signal the program leaves at its default action (SIGURG,
-// else SIGWINCH, else a real-time one) gets a handler for the while, each thread is sent it
-// (tgkill), and the handler saves the thread's registers and waits until resume(); afterwards the
-// signal's action is the program's again. A system call the signal interrupts and that the
-// system does not restart (poll, epoll_wait, ...) then returns EINTR. On
-// Windows each thread is suspended (SuspendThread) and its context read. stop() fails, and nothing
-// stays stopped, where the system refuses both ways (EPERM, the first way's error: a thread
-// blocks the signal, or no signal is free), where there is no way here (ENOSYS: other
-// systems, ThreadSanitizer), when a thread does not stop within two seconds (ETIMEDOUT: one in an
-// uninterruptible wait, or held by a debugger) or when threads keep starting threads. Nothing here
-// calls malloc.
+// as garbage collectors stop threads: a signal the program leaves at its default action and no
+// thread blocks (SIGURG, else SIGWINCH, else a real-time one) gets a handler for the while, each
+// thread is sent it (tgkill), and the handler saves the thread's registers and waits until
+// resume(); afterwards the signal's action is the program's again. A system call the signal
+// interrupts and that the system does not restart (poll, epoll_wait, ...) then returns EINTR. On
+// Windows each thread is suspended (SuspendThread) and its context read. stop() fails, and
+// nothing stays stopped, where the system refuses both ways (EPERM, the first way's error: a
+// thread blocks every candidate signal, or the program handles them all), where there is no way
+// here (ENOSYS: other systems, ThreadSanitizer), when a thread does not stop within two seconds
+// (ETIMEDOUT: one in an uninterruptible wait, or held by a debugger) or when threads keep
+// starting threads. Nothing here calls malloc.
 class stopped_threads {
  public:
   struct thread {
