@@ -543,6 +543,41 @@ TEST(os_process, the_stopping_signal_leaves_the_programs_own_signals_alone) {
                         "changed; 7: the program's handler ran";
 }
 
+// A signal some thread blocks is not used: that thread would not stop, and would find the signal
+// pending later (a program that takes SIGURG with sigwait or a signalfd would take it as its own).
+TEST(os_process, the_stopping_signal_is_one_no_thread_blocks) {
+  if (MEMKIT_HAS_TSAN) GTEST_SKIP() << "stop() fails with ENOSYS under ThreadSanitizer";
+  const int code = in_child_refusing_tracing([] {
+    std::atomic<bool> quit{false};
+    std::atomic<int> blocking{0};  // 1 once SIGURG is blocked; 2 when found pending at the end
+    std::thread waiter([&] {
+      sigset_t urgent;
+      sigemptyset(&urgent);
+      sigaddset(&urgent, SIGURG);
+      (void)::pthread_sigmask(SIG_BLOCK, &urgent, nullptr);
+      blocking = 1;
+      while (!quit.load()) std::this_thread::yield();
+      sigset_t pending;
+      sigemptyset(&pending);
+      if (::sigpending(&pending) == 0 && sigismember(&pending, SIGURG)) blocking = 2;
+    });
+    while (blocking.load() == 0) std::this_thread::yield();
+    int result = 0;
+    {
+      process::stopped_threads stopped;
+      const auto status = stopped.stop();
+      if (!status.ok()) result = status.error() == EPERM ? 2 : 3;
+      else if (stopped.count() != 1) result = 4;
+    }
+    quit = true;
+    waiter.join();
+    return result != 0 ? result : blocking.load() == 2 ? 5 : 0;
+  });
+  if (code == 77) GTEST_SKIP() << "no seccomp filters here";
+  EXPECT_EQ(code, 0) << "2: EPERM (not stopped); 3: another error; 4: not one thread stopped; 5: SIGURG sent to "
+                        "the thread that blocks it";
+}
+
 // Where tracing is refused and a thread blocks every signal, stop() fails with ptrace's error
 // (EPERM) and every thread runs on; the stop of the next report works again.
 TEST(os_process, stop_fails_and_stops_nothing_where_tracing_is_refused_and_signals_are_blocked) {
