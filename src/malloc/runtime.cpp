@@ -195,8 +195,9 @@ void configure_from_environment() noexcept {
 // fork() (set by after_fork_in_child). A vfork() child (no fork handlers run) differs from it.
 std::uint64_t reporting_process = 0;
 // The reports at the end run once per process, whichever way it ends (exit() or _exit(), from
-// any thread).
+// any thread); `reported` is set once they are written.
 std::atomic<bool> ended{false};
+std::atomic<bool> reported{false};
 
 // Fork: take every allocator lock before the fork so that the child starts with consistent,
 // unlocked state even when other threads were inside malloc at that moment.
@@ -206,6 +207,7 @@ void after_fork_in_child() noexcept {
   general_allocator::global().after_fork_child();
   reporting_process = os::process_id();
   ended.store(false, std::memory_order_relaxed);
+  reported.store(false, std::memory_order_relaxed);
   // A report file per process: the child's own, under the number the parent's had (which the
   // allocator's options hold too). Where it cannot be opened, the child goes on with the parent's.
   if (report_path_per_process) {
@@ -228,8 +230,16 @@ void after_fork_in_child() noexcept {
 
 // The end-of-process reports: statistics, leaks, how many error reports were left out as repeats.
 // Not inlined into its callers, so that the frames the leak scan reads above its own are theirs.
+// A second thread that ends the process meanwhile (its own exit() or _exit(): a thread woken from
+// a system call with EINTR by the leak report's stop signal may end the process so) waits for the
+// first one's reports, up to ten seconds, instead of cutting them off.
 [[gnu::noinline]] void report_at_end() noexcept {
-  if (started.load(std::memory_order_acquire) == nullptr || ended.exchange(true, std::memory_order_acq_rel)) return;
+  if (started.load(std::memory_order_acquire) == nullptr) return;
+  if (ended.exchange(true, std::memory_order_acq_rel)) {
+    const std::uint64_t start = os::monotonic_ms();
+    while (!reported.load(std::memory_order_acquire) && os::monotonic_ms() - start < 10'000) os::yield_thread();
+    return;
+  }
   if (chosen.statistics) general_allocator::global().print_statistics(chosen.report_fd);
   if (chosen.debug && chosen.leaks) {
     // The pool libstdc++ allocates at start-up and keeps for the whole run is not a leak of the
@@ -238,6 +248,7 @@ void after_fork_in_child() noexcept {
     general_allocator::global().report_leaks(chosen.report_fd);
   }
   report_repeated_errors();
+  reported.store(true, std::memory_order_release);
 }
 
 // Runs when the process exits (or the library is unloaded), after the program's own destructors:

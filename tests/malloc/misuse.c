@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -79,6 +80,18 @@ static void* lose_then_block(void* unused) {
   slot = NULL;
   worker_ready = 1;
   for (;;) pause();
+  return NULL;
+}
+
+/* Waits in poll() on a pipe no one writes to; any failure (EINTR included) ends the process with
+   status 9, as some programs treat it. */
+static void* poll_or_end_process(void* unused) {
+  (void)unused;
+  int ends[2];
+  if (pipe(ends) != 0) _exit(8);
+  struct pollfd wait_for = {ends[0], POLLIN, 0};
+  worker_ready = 1;
+  if (poll(&wait_for, 1, -1) < 0) _exit(9);
   return NULL;
 }
 
@@ -484,6 +497,17 @@ int main(int argc, char** argv) {
   /* No ptrace, but the worker takes signals: the report stops it with one, so both lost blocks
      are found, and a block only the worker's register holds is reachable. Exits 77 where the
      system has no seccomp filters. */
+  /* No ptrace, and a worker blocked in poll() that ends the process when poll fails: the stop's
+     signal wakes it with EINTR once the scan lets it go, while the main thread writes its report,
+     and it calls _exit(9). The report is written whole all the same. Exits 77 where the system has
+     no seccomp filters. */
+  if (strcmp(what, "thread-eintr-ends-process") == 0) {
+    if (!memkit_refuse_tracing()) return 77;
+    (void)start_worker(poll_or_end_process, NULL);
+    launder(malloc(2345));
+    slot = NULL;
+    return 0;
+  }
   if (strcmp(what, "thread-no-ptrace-signal") == 0) {
     if (!memkit_refuse_tracing()) return 77;
     (void)start_worker(lose_then_block, NULL);
