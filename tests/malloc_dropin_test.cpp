@@ -361,6 +361,18 @@ TEST(malloc_preload_debug, leaks_are_reported_at_exit_unless_silenced) {
   EXPECT_FALSE(contains(silenced.output, "1234")) << silenced.output;
 }
 
+// Asked to list reachable blocks too (MEMKIT_LEAKS=all), a program with no live block at exit
+// still gets the summary line, all zeros, as every other such report ends.
+TEST(malloc_preload_debug, a_process_with_no_live_block_still_gets_its_summary_when_all_are_listed) {
+  auto out = run({"/bin/true"}, {preload, "MEMKIT_DEBUG=1", "MEMKIT_LEAKS=all"});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_TRUE(contains(out.output, "leak summary: definitely lost: 0 bytes in 0 blocks; indirectly lost: 0 bytes in 0 "
+                                   "blocks; still reachable: 0 bytes in 0 blocks"))
+      << out.output;
+  auto quiet = run({"/bin/true"}, {preload, "MEMKIT_DEBUG=1"});
+  EXPECT_EQ(quiet.output, "") << "a report where nothing is lost and nothing was asked";
+}
+
 // A JIT keeps pointers as operands of the instructions it writes, at any byte offset (the Java VM's
 // inline caches: javac's compiled call sites hold 32-byte blocks that way): in writable and
 // executable memory those count as pointers. In data, an unaligned address is no pointer, as

@@ -1584,6 +1584,25 @@ void leak_scanner::group(general_allocator::leak_summary& summary) noexcept {
   });
 }
 
+// The report's last line: blocks and bytes of each class.
+void write_summary(report_writer& out, const general_allocator::leak_summary& summary) noexcept {
+  out.begin("leak-summary", nullptr, 0,
+            "leak summary: definitely lost: %zu bytes in %zu blocks; indirectly lost: %zu bytes in %zu "
+            "blocks; still reachable: %zu bytes in %zu blocks; suppressed: %zu bytes in %zu blocks",
+            summary.definitely_lost_bytes, summary.definitely_lost_blocks, summary.indirectly_lost_bytes,
+            summary.indirectly_lost_blocks, summary.reachable_bytes, summary.reachable_blocks,
+            summary.suppressed_bytes, summary.suppressed_blocks);
+  out.number("definitely_lost_blocks", summary.definitely_lost_blocks);
+  out.number("definitely_lost_bytes", summary.definitely_lost_bytes);
+  out.number("indirectly_lost_blocks", summary.indirectly_lost_blocks);
+  out.number("indirectly_lost_bytes", summary.indirectly_lost_bytes);
+  out.number("reachable_blocks", summary.reachable_blocks);
+  out.number("reachable_bytes", summary.reachable_bytes);
+  out.number("suppressed_blocks", summary.suppressed_blocks);
+  out.number("suppressed_bytes", summary.suppressed_bytes);
+  out.end();
+}
+
 std::size_t leak_scanner::write(int fd, general_allocator::leak_summary& summary) noexcept {
   const general_allocator::options& o = im_->self->current_options();
   const bool list_reachable = o.report_reachable;
@@ -1628,21 +1647,7 @@ std::size_t leak_scanner::write(int fd, general_allocator::leak_summary& summary
     out.end();
   }
   if (summary.definitely_lost_blocks + summary.indirectly_lost_blocks != 0 || list_reachable) {
-    out.begin("leak-summary", nullptr, 0,
-              "leak summary: definitely lost: %zu bytes in %zu blocks; indirectly lost: %zu bytes in %zu "
-              "blocks; still reachable: %zu bytes in %zu blocks; suppressed: %zu bytes in %zu blocks",
-              summary.definitely_lost_bytes, summary.definitely_lost_blocks, summary.indirectly_lost_bytes,
-              summary.indirectly_lost_blocks, summary.reachable_bytes, summary.reachable_blocks,
-              summary.suppressed_bytes, summary.suppressed_blocks);
-    out.number("definitely_lost_blocks", summary.definitely_lost_blocks);
-    out.number("definitely_lost_bytes", summary.definitely_lost_bytes);
-    out.number("indirectly_lost_blocks", summary.indirectly_lost_blocks);
-    out.number("indirectly_lost_bytes", summary.indirectly_lost_bytes);
-    out.number("reachable_blocks", summary.reachable_blocks);
-    out.number("reachable_bytes", summary.reachable_bytes);
-    out.number("suppressed_blocks", summary.suppressed_blocks);
-    out.number("suppressed_bytes", summary.suppressed_bytes);
-    out.end();
+    write_summary(out, summary);
   }
   return lost;
 }
@@ -1675,7 +1680,15 @@ std::size_t general_allocator::impl::report_lost_blocks(int fd, const gpa::calli
         .note("error", "leak report: cannot map memory for the scan; no report");
     return 0;
   }
-  if (scanner.live_blocks() == 0) return 0;
+  if (scanner.live_blocks() == 0) {
+    // Nothing live: nothing to scan. Asked to list the reachable blocks too, the user still gets
+    // the summary (all zeros), as every other report ends.
+    if (self->options_.report_reachable) {
+      report_writer out(fd, self->options_.format);
+      write_summary(out, summary);
+    }
+    return 0;
+  }
   scanner.mark_reachable(caller, alone, stopped ? &others : nullptr);
   scanner.mark_lost();
   const std::uint64_t scanned = os::thread_cpu_ns();  // the scan's cost ends here; the report's begins
