@@ -381,20 +381,31 @@ MEMKIT_OS_TRACER std::size_t append_number(char* path, std::size_t n, int value)
   return n;
 }
 
-// Whether thread `tid` has exited and waits to be reaped (a zombie: the main thread after
-// pthread_exit while others run), which ptrace refuses (EPERM) and which runs nothing: its state
-// in /proc/PID/task/TID/stat, after the command's name in parentheses.
-MEMKIT_OS_TRACER bool exited(int process_id, int tid) noexcept {
+// Reads the start of /proc/PID/task/TID/`name` into `text` (at most `size` - 1 bytes, then a 0):
+// the bytes read, or minus the error.
+MEMKIT_OS_TRACER long read_task_file(int process_id, int tid, const char* name, char* text, std::size_t size) noexcept {
   char path[64] = "/proc/";
   std::size_t n = append_number(path, 6, process_id);
   std::memcpy(path + n, "/task/", 6);
   n = append_number(path, n + 6, tid);
-  std::memcpy(path + n, "/stat", 6);
+  path[n++] = '/';
+  for (; *name != '\0' && n + 1 < sizeof path; ++name) path[n++] = *name;
+  path[n] = '\0';
   const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fd == -ENOENT;
-  char text[512];
-  const long got = raw(SYS_read, fd, reinterpret_cast<long>(text), sizeof text - 1);
+  if (fd < 0) return fd;
+  const long got = raw(SYS_read, fd, reinterpret_cast<long>(text), static_cast<long>(size - 1));
   (void)raw(SYS_close, fd);
+  text[got > 0 ? got : 0] = '\0';
+  return got;
+}
+
+// Whether thread `tid` has exited and waits to be reaped (a zombie: the main thread after
+// pthread_exit while others run), which ptrace refuses (EPERM) and which runs nothing: its state
+// in /proc/PID/task/TID/stat, after the command's name in parentheses.
+MEMKIT_OS_TRACER bool exited(int process_id, int tid) noexcept {
+  char text[512];
+  const long got = read_task_file(process_id, tid, "stat", text, sizeof text);
+  if (got == -ENOENT) return true;
   if (got <= 0) return false;
   const char* state = nullptr;
   for (long i = 0; i < got; ++i) {
@@ -567,18 +578,8 @@ long monotonic_ns() noexcept {
 // The signals thread `tid` blocks now (bit n - 1 for signal n): the SigBlk mask of
 // /proc/PID/task/TID/status; none when it cannot be read (the thread exited).
 std::uint64_t blocked_signals(int process_id, int tid) noexcept {
-  char path[64] = "/proc/";
-  std::size_t n = append_number(path, 6, process_id);
-  std::memcpy(path + n, "/task/", 6);
-  n = append_number(path, n + 6, tid);
-  std::memcpy(path + n, "/status", 8);
-  const long fd = raw(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
   char text[4096];
-  const long got = raw(SYS_read, fd, reinterpret_cast<long>(text), sizeof text - 1);
-  (void)raw(SYS_close, fd);
-  if (got <= 0) return 0;
-  text[got] = '\0';
+  if (read_task_file(process_id, tid, "status", text, sizeof text) <= 0) return 0;
   const char* at = std::strstr(text, "\nSigBlk:");
   if (at == nullptr) return 0;
   std::uint64_t mask = 0;
