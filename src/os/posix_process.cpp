@@ -503,8 +503,8 @@ MEMKIT_OS_TRACER int tracer_main(void* argument) noexcept {
 // The caller installs hold_on_signal() for a signal the program leaves at its default action and
 // no thread blocks (free_stop_signal()), lists /proc/PID/task and sends each other thread the
 // signal (tgkill); each handler finds its slot by its thread id, saves the registers the signal
-// interrupted and waits on the phase word until resume(); the caller waits until every thread listed has stopped (or exited),
-// and lists again until a pass finds no new thread. The state is static and its slots stay mapped
+// interrupted and waits on the phase word until resume(); the caller waits until every thread
+// listed has stopped (or exited), and lists again until a pass finds no new thread. The state is static and its slots stay mapped
 // once mapped: a handler that runs late (its thread took the signal after a failed stop gave up)
 // finds the phase not "stopping" and returns at once, touching nothing else. `inside` counts the
 // handlers running: resume() waits for them to leave before it gives the signal back, and stop()
@@ -883,6 +883,7 @@ std::uintptr_t stopped_threads::storage_end() const noexcept {
 #endif
   return storage_begin();
 }
+
 #else
 
 // Elsewhere no portable way to list mappings: the leak scan then has no roots beyond its caller's.

@@ -497,17 +497,6 @@ int main(int argc, char** argv) {
   /* No ptrace, but the worker takes signals: the report stops it with one, so both lost blocks
      are found, and a block only the worker's register holds is reachable. Exits 77 where the
      system has no seccomp filters. */
-  /* No ptrace, and a worker blocked in poll() that ends the process when poll fails: the stop's
-     signal wakes it with EINTR once the scan lets it go, while the main thread writes its report,
-     and it calls _exit(9). The report is written whole all the same. Exits 77 where the system has
-     no seccomp filters. */
-  if (strcmp(what, "thread-eintr-ends-process") == 0) {
-    if (!memkit_refuse_tracing()) return 77;
-    (void)start_worker(poll_or_end_process, NULL);
-    launder(malloc(2345));
-    slot = NULL;
-    return 0;
-  }
   if (strcmp(what, "thread-no-ptrace-signal") == 0) {
     if (!memkit_refuse_tracing()) return 77;
     (void)start_worker(lose_then_block, NULL);
@@ -523,6 +512,17 @@ int main(int argc, char** argv) {
 #else
     return 77; /* the case needs x86-64's registers */
 #endif
+  }
+  /* No ptrace, and a worker blocked in poll() that ends the process when poll fails: the stop's
+     signal wakes it with EINTR once the scan lets it go, while the main thread writes its report,
+     and it calls _exit(9). The report is written whole all the same. Exits 77 where the system has
+     no seccomp filters. */
+  if (strcmp(what, "thread-eintr-ends-process") == 0) {
+    if (!memkit_refuse_tracing()) return 77;
+    (void)start_worker(poll_or_end_process, NULL);
+    launder(malloc(2345));
+    slot = NULL;
+    return 0;
   }
   /* A thread running on a stack carved from a larger mapping, as coroutine libraries carve
      them, with a suspended coroutine's stack below it in the same mapping holding the only
