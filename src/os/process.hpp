@@ -1,7 +1,8 @@
 // Internal: the calling process's own address space, as debug mode's leak scan needs it — which
 // regions are mapped and with what access, a copy of memory that may be unmapped meanwhile, how
 // much of a range can be read in place, which pages were ever touched, how many threads run, and
-// the other threads held stopped. Implemented in posix_process.cpp and windows_process.cpp.
+// the other threads held stopped. Implemented in posix_process.cpp and posix_stopped_threads.cpp,
+// and in windows_process.cpp.
 // Nothing here calls malloc: the leak scan runs inside the allocator, at exit.
 #pragma once
 
@@ -115,7 +116,7 @@ class stopped_threads {
   status stop_by_signal() noexcept;
 
   void* state_ = nullptr;
-  bool by_signal_ = false;  // state_ is the signal's (posix_process.cpp), not a tracer's
+  bool by_signal_ = false;  // state_ is the signal's (posix_stopped_threads.cpp), not a tracer's
 };
 
 // One byte per page of [address, address + bytes) (address page-aligned): 1 when the page may
