@@ -8,6 +8,7 @@
 
 #include "memkit/detail/config.hpp"
 #include "memkit/os.hpp"
+#include "platform.hpp"
 #include "process.hpp"
 
 #if defined(__linux__)
@@ -365,12 +366,6 @@ MEMKIT_OS_TRACER void hold_on_signal(int, siginfo_t* info, void* context) noexce
   futex_wake(st.inside);
 }
 
-long monotonic_ns() noexcept {
-  timespec now{};
-  (void)::clock_gettime(CLOCK_MONOTONIC, &now);
-  return now.tv_sec * 1'000'000'000L + now.tv_nsec;
-}
-
 // The signals thread `tid` blocks now (bit n - 1 for signal n): the SigBlk mask of
 // /proc/PID/task/TID/status; none when it cannot be read (the thread exited).
 std::uint64_t blocked_signals(int process_id, int tid) noexcept {
@@ -550,11 +545,11 @@ status stopped_threads::stop_by_signal() noexcept {
     }
     // Time waited, counted in steps of at most 50 ms: a debugger that holds the whole process
     // (it stops at the signal, then the user continues) does not run the clock out.
-    long waited_ns = 0;
-    for (long last_ns = monotonic_ns();;) {
-      const long now_ns = monotonic_ns();
-      waited_ns += std::min(now_ns - last_ns, 50'000'000L);
-      last_ns = now_ns;
+    std::uint64_t waited_ms = 0;
+    for (std::uint64_t last_ms = monotonic_ms();;) {
+      const std::uint64_t now_ms = monotonic_ms();
+      waited_ms += std::min<std::uint64_t>(now_ms - last_ms, 50);
+      last_ms = now_ms;
       // Read before the slots: a thread that stops after this changes the word, so the wait
       // below returns at once instead of sleeping through its wake-up.
       const int stopped = st.stopped.load(std::memory_order_acquire);
@@ -564,15 +559,15 @@ status stopped_threads::stop_by_signal() noexcept {
         signal_slot& slot = st.slots[i];
         const int tid = slot.tid.load(std::memory_order_relaxed);
         if (tid == 0 || slot.stopped.load(std::memory_order_acquire) != 0) continue;
-        if (waited_ns >= 20'000'000 && exited(st.process_id, tid)) {
+        if (waited_ms >= 20 && exited(st.process_id, tid)) {
           slot.tid.store(0, std::memory_order_relaxed);
           continue;
         }
-        if (waited_ns >= 20'000'000 && blocks_signal(st.process_id, tid, st.signal)) error = -EPERM;
+        if (waited_ms >= 20 && blocks_signal(st.process_id, tid, st.signal)) error = -EPERM;
         ++waiting;
       }
       if (waiting == 0 || error != 0) break;
-      if (waited_ns >= per_thread_wait_ns) {
+      if (waited_ms >= per_thread_wait_ns / 1'000'000) {
         error = -ETIMEDOUT;
         break;
       }
@@ -611,7 +606,8 @@ void stopped_threads::resume() noexcept {
     futex_wake(st.phase);
     // The held threads leave their handlers; a thread a debugger holds there is not waited for
     // past two seconds (its handler touches nothing of the state once the phase has changed).
-    for (long waited_ns = 0; waited_ns < per_thread_wait_ns; waited_ns += 10'000'000) {
+    const std::uint64_t start_ms = monotonic_ms();
+    while (monotonic_ms() - start_ms < per_thread_wait_ns / 1'000'000) {
       const int inside = st.inside.load();
       if (inside == 0) break;
       futex_wait(st.inside, inside, 10'000'000);
